@@ -1,0 +1,1 @@
+"""CLI subcommands, one module each (discovered by :mod:`llome_jax.cli`)."""

@@ -1,0 +1,60 @@
+"""Ehrlich functions in JAX (imports only jax and numpy).
+
+Closed-form biophysical sequence-design test functions (Stanton et al. 2024; Chen, Stanton et al.,
+ICML 2025, App. A), bit-identical to pytorch-holo 0.0.5 and evaluated at tens of millions of
+sequences per second.
+"""
+
+from llome_jax.ehrlich.config import EhrlichConfig
+from llome_jax.ehrlich.dmp import (
+    banded_mask,
+    is_ergodic,
+    sample_chain,
+    sample_transition_matrix,
+    stationary_distribution,
+)
+from llome_jax.ehrlich.function import (
+    Ehrlich,
+    default_chunk_size,
+    evaluate,
+    from_holo,
+    initial_solution,
+    is_feasible,
+    make,
+    motif_presence,
+    optimal_solution,
+    random_solution,
+    validate_tokens,
+)
+from llome_jax.ehrlich.instances import (
+    PAPER_FUNCTIONS,
+    paper_function,
+    paper_function_names,
+    paper_initial_solution,
+    resolve_function,
+)
+
+__all__ = [
+    "PAPER_FUNCTIONS",
+    "Ehrlich",
+    "EhrlichConfig",
+    "banded_mask",
+    "default_chunk_size",
+    "evaluate",
+    "from_holo",
+    "initial_solution",
+    "is_ergodic",
+    "is_feasible",
+    "make",
+    "motif_presence",
+    "optimal_solution",
+    "paper_function",
+    "paper_function_names",
+    "paper_initial_solution",
+    "random_solution",
+    "resolve_function",
+    "sample_chain",
+    "sample_transition_matrix",
+    "stationary_distribution",
+    "validate_tokens",
+]

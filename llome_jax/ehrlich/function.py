@@ -1,0 +1,481 @@
+"""Ehrlich functions: instance pytree, sampling (``make``), import (``from_holo``) and evaluation.
+
+For a sequence ``x`` in ``V^L`` (paper Sec. 4.1 and App. A; semantics of pytorch-holo 0.0.5):
+
+    f(x) = prod_{i=1..c} r(h_i(x))   if x is feasible,   -inf otherwise,
+
+    h_i(x) = floor(max_{l=0..L-1-s_k} sum_j [x_{l+s_j} = m_j] / qf1) / qf2,
+    qf1 = ceil(k/q),  qf2 = k/qf1,   r(h) = (a h (h-1) + 1) h,
+
+and ``x`` is feasible iff ``A[x_{t-1}, x_t] > 0`` for all ``t`` (first state free).
+When ``q`` divides ``k`` the quantisation equals the paper's ``floor(q * count / k) / q``.
+Values are bit-identical float32 to the reference (left-to-right product in float32).
+
+Evaluation layout (see BUILD.md, "Fast Ehrlich evaluation"): the batch is moved to the minor
+(lane) axis as ``[L, n]`` int8 tokens, so each window compare is a contiguous vector compare of a
+row slice with a scalar and windows are reduced with elementwise max; large batches are processed
+in cache-sized chunks inside one ``lax.fori_loop``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from llome_jax.ehrlich.config import EhrlichConfig
+from llome_jax.ehrlich.dmp import sample_chain, sample_transition_matrix, stationary_distribution
+
+__all__ = [
+    "Ehrlich",
+    "evaluate",
+    "from_holo",
+    "initial_solution",
+    "is_feasible",
+    "make",
+    "motif_presence",
+    "optimal_solution",
+    "random_solution",
+    "validate_tokens",
+]
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["transition_matrix", "stationary_dist", "motifs", "offsets"],
+    meta_fields=["config"],
+)
+@dataclasses.dataclass(frozen=True)
+class Ehrlich:
+    """One Ehrlich function instance (a pytree: arrays are leaves, ``config`` is static).
+
+    Attributes:
+      config: the static :class:`EhrlichConfig` (shapes, quantisation, epistasis).
+      transition_matrix: float32 ``[v, v]``; zeros mark infeasible transitions.
+      stationary_dist: float32 ``[v]``; law of motif and initial-solution chains.
+      motifs: int32 ``[c, k]`` motif elements ``m^(i)``.
+      offsets: int32 ``[c, k]`` the paper's spacing vectors ``s^(i)`` (``s_1 = 0``, increasing).
+    """
+
+    config: EhrlichConfig
+    transition_matrix: jax.Array
+    stationary_dist: jax.Array
+    motifs: jax.Array
+    offsets: jax.Array
+
+    @property
+    def spacings(self) -> jax.Array:
+        """holo's representation: int32 ``[c, k-1]`` gaps between consecutive motif elements."""
+        return jnp.diff(self.offsets, axis=-1)
+
+    @property
+    def name(self) -> str:
+        """The paper's name of the configuration, e.g. ``"Ehr(32,32)-4-4-4"``."""
+        return self.config.name
+
+    @property
+    def optimal_value(self) -> float:
+        """The global maximum, always 1.0."""
+        return 1.0
+
+    def __repr__(self) -> str:
+        try:
+            motifs = np.asarray(self.motifs).tolist()
+            spacings = np.asarray(self.spacings).tolist()
+        except Exception:  # traced inside a transformation
+            return f"Ehrlich({self.config.name}, <traced>)"
+        return f"Ehrlich({self.config.name}, motifs={motifs}, spacings={spacings})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Construction
+# ---------------------------------------------------------------------------------------------
+def make(key: jax.Array, config: EhrlichConfig) -> Ehrlich:
+    """Sample an instance by the paper's procedure (App. A.3-A.4), as pytorch-holo does it.
+
+    1. Transition matrix: banded mask (half-width ``int(0.4 v)``, wrapping), rows permuted,
+       diagonal forced feasible, ``softmax(N(0,1) / 0.5)`` masked and renormalised; ergodicity
+       checked (Perron-Frobenius).
+    2. Motifs: one chain of length ``c k`` from the stationary distribution, chunked into ``c``.
+    3. Spacings: per motif, ``w ~ U(0,1)^{k-1}`` normalised to sum 1 and
+       ``gap_j = 1 + floor((L - c k) // c * w_j)`` (holo's formula); ``s = [0, cumsum(gap)]``.
+
+    The instance is a deterministic function of ``key`` (not of holo's torch seed: the paper's own
+    instances ship as data, see :func:`llome_jax.ehrlich.paper_function`).
+
+    Raises:
+      ValueError: for an impossible configuration (see :meth:`EhrlichConfig.validate`).
+    """
+    config.validate()
+    v, c, k = config.num_states, config.num_motifs, config.motif_length
+    key_matrix, key_motifs, key_spacings = jax.random.split(key, 3)
+    matrix = sample_transition_matrix(key_matrix, v, config.bandwidth, softmax_temp=0.5)
+    stationary = stationary_distribution(matrix)
+    chain = np.asarray(sample_chain(key_motifs, matrix, stationary, c * k, 1))[0]
+    motifs = chain.reshape(c, k)
+    weights = np.asarray(jax.random.uniform(key_spacings, (c, k - 1), dtype=jnp.float32))
+    weights = weights / weights.sum(axis=-1, keepdims=True) if k > 1 else weights
+    gaps = 1 + np.floor(np.float32(config.slack // c) * weights).astype(np.int32)
+    offsets = np.concatenate([np.zeros((c, 1), np.int32), np.cumsum(gaps, axis=-1)], axis=-1)
+    return _build(config, matrix, stationary, motifs, offsets)
+
+
+def from_holo(
+    transition_matrix: Any,
+    motifs: Any,
+    spacings: Any,
+    quantization: int | None = None,
+    epistasis_factor: float = 0.0,
+    *,
+    dim: int | None = None,
+    stationary_dist: Any = None,
+) -> Ehrlich:
+    """Import an explicit instance in pytorch-holo's representation.
+
+    Args:
+      transition_matrix: ``[v, v]`` row-stochastic matrix (numpy, torch or list).
+      motifs: ``[c, k]`` (or a list of ``c`` length-``k`` tensors) of states.
+      spacings: ``[c, k-1]``: holo's gaps between consecutive motif elements (each >= 1, no
+        leading 0).
+      quantization: ``q`` (``None`` means ``k``).
+      epistasis_factor: ``a`` of the cubic response.
+      dim: sequence length ``L``; default: the shortest length holding every motif end to end,
+        ``sum_i (1 + sum(spacings_i))``.
+      stationary_dist: optional ``[v]``; computed from the matrix if omitted.
+
+    Raises:
+      ValueError: for inconsistent shapes, states out of range or gaps < 1.
+    """
+    matrix = np.asarray(_to_numpy(transition_matrix), dtype=np.float32)
+    motif_arr = np.asarray([_to_numpy(m) for m in motifs], dtype=np.int64)
+    gap_arr = np.asarray([_to_numpy(s) for s in spacings], dtype=np.int64)
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+        raise ValueError(f"transition_matrix must be square [v, v], got shape {matrix.shape}.")
+    if motif_arr.ndim != 2:
+        raise ValueError(f"motifs must be [num_motifs, motif_length], got shape {motif_arr.shape}.")
+    c, k = motif_arr.shape
+    gap_arr = gap_arr.reshape(c, -1) if gap_arr.size else np.zeros((c, 0), np.int64)
+    if gap_arr.shape != (c, k - 1):
+        raise ValueError(
+            f"spacings must be [num_motifs, motif_length - 1] = {(c, k - 1)} (holo's gaps, no "
+            f"leading 0), got shape {gap_arr.shape}."
+        )
+    if np.any(gap_arr < 1):
+        raise ValueError("every spacing gap must be >= 1.")
+    v = matrix.shape[0]
+    if motif_arr.min() < 0 or motif_arr.max() >= v:
+        raise ValueError(f"motif states must lie in [0, {v}).")
+    if np.any(matrix < 0) or not np.allclose(matrix.sum(-1), 1.0, atol=1e-4):
+        raise ValueError("transition_matrix must be non-negative with rows summing to 1.")
+    offsets = np.concatenate([np.zeros((c, 1), np.int64), np.cumsum(gap_arr, axis=-1)], axis=-1)
+    if dim is None:
+        dim = int(np.sum(offsets[:, -1] + 1))
+    config = EhrlichConfig(
+        num_states=v,
+        dim=int(dim),
+        num_motifs=c,
+        motif_length=k,
+        quantization=quantization,
+        epistasis_factor=float(epistasis_factor),
+    )
+    if offsets[:, -1].max() >= config.dim:
+        raise ValueError(f"a motif spans {offsets[:, -1].max() + 1} positions > dim={config.dim}.")
+    stationary = (
+        stationary_distribution(matrix)
+        if stationary_dist is None
+        else np.asarray(_to_numpy(stationary_dist), np.float32).reshape(-1)
+    )
+    return _build(config, matrix, stationary, motif_arr, offsets)
+
+
+def _build(
+    config: EhrlichConfig,
+    matrix: np.ndarray,
+    stationary: np.ndarray,
+    motifs: np.ndarray,
+    offsets: np.ndarray,
+) -> Ehrlich:
+    return Ehrlich(
+        config=config,
+        transition_matrix=jnp.asarray(matrix, jnp.float32),
+        stationary_dist=jnp.asarray(stationary, jnp.float32),
+        motifs=jnp.asarray(motifs, jnp.int32),
+        offsets=jnp.asarray(offsets, jnp.int32),
+    )
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    if hasattr(value, "detach"):  # a torch tensor, without importing torch
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Input validation (eager, before any jitted code)
+# ---------------------------------------------------------------------------------------------
+def validate_tokens(fn: Ehrlich, x: Any, *, what: str = "x") -> jax.Array:
+    """Check that ``x`` is an integer array ``[..., L]`` of states in ``[0, v)``; return it.
+
+    Shape and dtype are checked always (also for tracers); values only for concrete arrays.
+
+    Raises:
+      ValueError: naming the problem (float or one-hot input, wrong length, token out of range).
+    """
+    cfg = fn.config
+    if isinstance(x, list | tuple):
+        x = np.asarray(x)
+    if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+        raise ValueError(
+            f"{what} must be an integer array [..., {cfg.dim}], got {type(x).__name__}."
+        )
+    shape, dtype = tuple(x.shape), np.dtype(x.dtype)
+    onehot_hint = ""
+    if len(shape) >= 2 and shape[-2:] == (cfg.dim, cfg.num_states):
+        onehot_hint = " It looks one-hot encoded [..., L, v]: pass x.argmax(-1) instead."
+    if dtype == np.bool_ or not np.issubdtype(dtype, np.integer):
+        raise ValueError(
+            f"{what} must hold integer token ids in [0, {cfg.num_states}), got dtype {dtype}."
+            + (onehot_hint or " Convert with x.astype(int) only if the values are exact integers.")
+        )
+    if len(shape) == 0 or shape[-1] != cfg.dim:
+        raise ValueError(
+            f"{what} must have shape [..., {cfg.dim}] for {cfg.name}, got {shape}." + onehot_hint
+        )
+    if isinstance(x, jax.core.Tracer):
+        return x
+    if isinstance(x, np.ndarray):
+        if x.size:
+            low, high = int(x.min()), int(x.max())
+            _check_range(cfg, what, low, high)
+        return jnp.asarray(x)
+    if x.size:
+        low, high = (int(b) for b in _min_max(x))
+        _check_range(cfg, what, low, high)
+    return x
+
+
+@jax.jit
+def _min_max(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return jnp.min(x), jnp.max(x)
+
+
+def _check_range(cfg: EhrlichConfig, what: str, low: int, high: int) -> None:
+    if low < 0 or high >= cfg.num_states:
+        bad = low if low < 0 else high
+        raise ValueError(f"{what} holds token {bad} outside [0, {cfg.num_states}) for {cfg.name}.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation kernels (batch on the minor axis)
+# ---------------------------------------------------------------------------------------------
+def _token_dtype(config: EhrlichConfig) -> jnp.dtype:
+    return jnp.int8 if config.num_states <= 127 else jnp.int16
+
+
+def _count_dtype(config: EhrlichConfig) -> jnp.dtype:
+    return jnp.int8 if config.motif_length <= 127 else jnp.int16
+
+
+def _to_lanes(fn: Ehrlich, x: jax.Array) -> jax.Array:
+    """``[n, L]`` integer tokens -> ``[L, n]`` narrow ints; out-of-range tokens become -1."""
+    v = fn.config.num_states
+    x = jnp.where((x >= 0) & (x < v), x, -1)
+    return x.T.astype(_token_dtype(fn.config))
+
+
+def _lane_levels(fn: Ehrlich, xt: jax.Array) -> jax.Array:
+    """Integer quantised motif levels ``max_l count_l // qf1`` for ``xt`` ``[L, n]``: ``[c, n]``."""
+    cfg = fn.config
+    length, n = xt.shape
+    count_dtype = _count_dtype(cfg)
+    # Rows past the end read a sentinel that never equals a motif state.
+    padded = jnp.concatenate([xt, jnp.full((length, n), -1, xt.dtype)], axis=0)
+    window_start = jnp.arange(length, dtype=jnp.int32)[:, None]
+    motifs = fn.motifs.astype(xt.dtype)
+    levels = []
+    for i in range(cfg.num_motifs):
+        count = jnp.zeros((length, n), count_dtype)
+        for j in range(cfg.motif_length):
+            rows = jax.lax.dynamic_slice_in_dim(padded, fn.offsets[i, j], length, axis=0)
+            count = count + (rows == motifs[i, j]).astype(count_dtype)
+        # Windows that would overhang the end are never considered (holo's l <= L-1-s_k).
+        in_range = window_start <= (length - 1 - fn.offsets[i, -1])
+        best = jnp.max(jnp.where(in_range, count, jnp.zeros((), count_dtype)), axis=0)
+        levels.append(best // jnp.asarray(cfg.quant_divisor, count_dtype))
+    return jnp.stack(levels)
+
+
+def _lane_feasible(fn: Ehrlich, xt: jax.Array) -> jax.Array:
+    """``A[x_{t-1}, x_t] > 0`` for all t, and every token in range: bool ``[n]``."""
+    v = fn.config.num_states
+    allowed = (fn.transition_matrix > 0).reshape(-1)
+    in_range = jnp.all(xt >= 0, axis=0)
+    if xt.shape[0] == 1:
+        return in_range
+    prev = jnp.clip(xt[:-1].astype(jnp.int32), 0, v - 1)
+    nxt = jnp.clip(xt[1:].astype(jnp.int32), 0, v - 1)
+    return in_range & jnp.all(allowed[prev * v + nxt], axis=0)
+
+
+def _levels_to_presence(cfg: EhrlichConfig, levels: jax.Array) -> jax.Array:
+    return levels.astype(jnp.float32) / jnp.float32(cfg.quant_scale)
+
+
+def _response(cfg: EhrlichConfig, h: jax.Array) -> jax.Array:
+    """holo's ``_cubic_response``: ``((a h)(h - 1) + 1) h`` in float32."""
+    a = jnp.float32(cfg.epistasis_factor)
+    return ((a * h) * (h - jnp.float32(1.0)) + jnp.float32(1.0)) * h
+
+
+def _lane_values(fn: Ehrlich, xt: jax.Array) -> jax.Array:
+    cfg = fn.config
+    responses = _response(cfg, _levels_to_presence(cfg, _lane_levels(fn, xt)))
+    product = responses[0]
+    for i in range(1, cfg.num_motifs):  # left to right, float32, as the reference
+        product = product * responses[i]
+    return jnp.where(_lane_feasible(fn, xt), product, -jnp.inf)
+
+
+def default_chunk_size(config: EhrlichConfig) -> int:
+    """Sequences per chunk so that one ``[L, chunk]`` int8 block is ~128 KiB (L2-resident)."""
+    target = max(256, min(16384, (1 << 17) // config.dim))
+    return 1 << int(math.log2(target))
+
+
+def _chunked(lane_fn, fn: Ehrlich, x2d: jax.Array, out_shape: tuple[int, ...], dtype, chunk: int):
+    """Apply ``lane_fn(fn, [L, n]) -> [..., n]`` to ``x2d`` ``[N, L]`` in chunks; returns ``[..., N]``.
+
+    The last chunk is clamped to end at ``N`` (overlapping its predecessor; overlapping entries are
+    recomputed identically), so no padded copy of the input is ever made.
+    """
+    total = x2d.shape[0]
+    if total <= chunk:
+        return lane_fn(fn, _to_lanes(fn, x2d))
+    num_chunks = -(-total // chunk)
+
+    def body(index: jax.Array, out: jax.Array) -> jax.Array:
+        start = jnp.minimum(index * chunk, total - chunk)
+        block = jax.lax.dynamic_slice_in_dim(x2d, start, chunk, axis=0)
+        result = lane_fn(fn, _to_lanes(fn, block))
+        return jax.lax.dynamic_update_slice_in_dim(out, result, start, axis=out.ndim - 1)
+
+    out = jnp.zeros((*out_shape, total), dtype)
+    return jax.lax.fori_loop(0, num_chunks, body, out)
+
+
+@functools.partial(jax.jit, static_argnames=("chunk_size",))
+def _evaluate(fn: Ehrlich, x: jax.Array, chunk_size: int) -> jax.Array:
+    batch_shape = x.shape[:-1]
+    x2d = x.reshape(-1, fn.config.dim)
+    values = _chunked(_lane_values, fn, x2d, (), jnp.float32, chunk_size)
+    return values.reshape(batch_shape)
+
+
+@functools.partial(jax.jit, static_argnames=("chunk_size",))
+def _motif_presence(fn: Ehrlich, x: jax.Array, chunk_size: int) -> jax.Array:
+    cfg = fn.config
+    batch_shape = x.shape[:-1]
+    x2d = x.reshape(-1, cfg.dim)
+
+    def lane_fn(f: Ehrlich, xt: jax.Array) -> jax.Array:
+        return _levels_to_presence(f.config, _lane_levels(f, xt))
+
+    presence = _chunked(lane_fn, fn, x2d, (cfg.num_motifs,), jnp.float32, chunk_size)
+    return presence.T.reshape(*batch_shape, cfg.num_motifs)
+
+
+@functools.partial(jax.jit, static_argnames=("chunk_size",))
+def _is_feasible(fn: Ehrlich, x: jax.Array, chunk_size: int) -> jax.Array:
+    batch_shape = x.shape[:-1]
+    x2d = x.reshape(-1, fn.config.dim)
+    return _chunked(_lane_feasible, fn, x2d, (), jnp.bool_, chunk_size).reshape(batch_shape)
+
+
+def evaluate(fn: Ehrlich, x: Any, *, chunk_size: int | None = None) -> jax.Array:
+    """Ehrlich values ``f(x)`` (higher is better; ``-inf`` where infeasible).
+
+    Jittable, vmappable and shardable over batch axes; inputs are validated eagerly (dtype,
+    length, token range) when concrete. Inside a trace, out-of-range tokens count as infeasible.
+
+    Args:
+      fn: the instance.
+      x: integer ``[..., L]`` token ids in ``[0, v)``.
+      chunk_size: sequences per cache-sized block (static; default from ``L``).
+
+    Returns:
+      float32 ``[...]``.
+
+    Example:
+      >>> import jax, llome_jax.ehrlich as eh
+      >>> fn = eh.paper_function("f2")
+      >>> float(eh.evaluate(fn, eh.optimal_solution(fn)))
+      1.0
+    """
+    x = validate_tokens(fn, x)
+    return _evaluate(fn, x, chunk_size or default_chunk_size(fn.config))
+
+
+def motif_presence(fn: Ehrlich, x: Any, *, chunk_size: int | None = None) -> jax.Array:
+    """Quantised motif presence ``h_q(x, m^(i), s^(i))`` before the response: float32 ``[..., c]``.
+
+    Computed for infeasible sequences too (as the reference does).
+    """
+    x = validate_tokens(fn, x)
+    return _motif_presence(fn, x, chunk_size or default_chunk_size(fn.config))
+
+
+def is_feasible(fn: Ehrlich, x: Any, *, chunk_size: int | None = None) -> jax.Array:
+    """Whether each sequence has non-zero probability under the DMP: bool ``[...]``."""
+    x = validate_tokens(fn, x)
+    return _is_feasible(fn, x, chunk_size or default_chunk_size(fn.config))
+
+
+# ---------------------------------------------------------------------------------------------
+# Special solutions
+# ---------------------------------------------------------------------------------------------
+def optimal_solution(fn: Ehrlich) -> jax.Array:
+    """holo's constructive optimum: motifs placed end to end, gaps filled with repeats.
+
+    Each motif occupies ``s_k + 1`` positions (element ``j`` at offset ``s_j``, every other
+    position repeats the previous element); the tail repeats the last state. Transitions are then
+    chain transitions of the motif sample or self-transitions, so the sequence is feasible.
+
+    Returns:
+      int32 ``[L]`` with ``evaluate(fn, x) == 1.0``.
+    """
+    motifs = np.asarray(fn.motifs)
+    offsets = np.asarray(fn.offsets)
+    length = fn.config.dim
+    solution = []
+    for motif, offset in zip(motifs, offsets):
+        element = -1
+        for position in range(int(offset[-1]) + 1):
+            hits = np.nonzero(offset == position)[0]
+            if hits.size:
+                element = int(motif[hits[0]])
+            solution.append(element)
+    if len(solution) > length:
+        raise ValueError(f"motifs end to end need {len(solution)} positions > dim={length}.")
+    solution += [solution[-1]] * (length - len(solution))
+    result = jnp.asarray(solution, jnp.int32)
+    value = float(evaluate(fn, result))
+    if value != 1.0:
+        raise RuntimeError(
+            f"the constructed optimum scores {value}, not 1.0: the instance is invalid."
+        )
+    return result
+
+
+def initial_solution(key: jax.Array, fn: Ehrlich, n: int = 1) -> jax.Array:
+    """``n`` chain samples of length ``L`` from the stationary law (feasible): int32 ``[n, L]``."""
+    return sample_chain(key, fn.transition_matrix, fn.stationary_dist, fn.config.dim, n)
+
+
+def random_solution(key: jax.Array, fn: Ehrlich, n: int = 1) -> jax.Array:
+    """``n`` uniform random sequences (almost always infeasible for large ``v``): int32 ``[n, L]``."""
+    return jax.random.randint(key, (n, fn.config.dim), 0, fn.config.num_states, dtype=jnp.int32)

@@ -1,0 +1,130 @@
+"""The paper's exact Ehrlich instances (shipped as package data) and name resolution.
+
+The paper's four test functions f1-f4 and two q=2 variants are pytorch-holo instances with
+``random_seed=50494`` generated under torch 2.3.1; they cannot be regenerated with a current torch,
+so their explicit form is stored in ``data/paper_instances.json``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+
+from llome_jax.ehrlich.config import EhrlichConfig
+from llome_jax.ehrlich.function import Ehrlich, from_holo, make
+
+__all__ = [
+    "PAPER_FUNCTIONS",
+    "paper_function",
+    "paper_function_names",
+    "paper_initial_solution",
+    "resolve_function",
+]
+
+_DATA = pathlib.Path(__file__).with_name("data") / "paper_instances.json"
+
+#: Short names used in the paper and the Ehr names of the six shipped instances.
+PAPER_FUNCTIONS: dict[str, str] = {
+    "f1": "Ehr(8,128)-8-8-8",
+    "f2": "Ehr(32,32)-4-4-4",
+    "f3": "Ehr(32,128)-4-4-4",
+    "f4": "Ehr(32,128)-8-8-8",
+    "Ehr(32,32)-4-4-2": "Ehr(32,32)-4-4-2",
+    "Ehr(32,128)-4-4-2": "Ehr(32,128)-4-4-2",
+}
+
+
+@functools.cache
+def _records() -> dict[str, dict]:
+    raw = json.loads(_DATA.read_text())
+    by_name = {}
+    for stem, record in raw.items():
+        cfg = record["config"]
+        config = EhrlichConfig(
+            num_states=cfg["num_states"],
+            dim=cfg["dim"],
+            num_motifs=cfg["num_motifs"],
+            motif_length=cfg["motif_length"],
+            quantization=cfg["quantization"],
+            epistasis_factor=cfg["epistasis_factor"],
+        )
+        record = dict(record, stem=stem, config_obj=config)
+        by_name[config.name] = record
+    return by_name
+
+
+def paper_function_names() -> list[str]:
+    """Names accepted by :func:`paper_function` (short names first)."""
+    return list(PAPER_FUNCTIONS)
+
+
+def _lookup(name: str) -> dict:
+    records = _records()
+    key = PAPER_FUNCTIONS.get(name)
+    if key is None:
+        try:
+            key = EhrlichConfig.from_name(name).name
+        except ValueError:
+            stems = {r["stem"]: n for n, r in records.items()}
+            key = stems.get(name.split("__")[0])
+    if key is None or key not in records:
+        raise ValueError(
+            f"unknown paper function {name!r}; choose one of {paper_function_names()} "
+            "(or use make(key, EhrlichConfig.from_name(...)) for a new instance)."
+        )
+    return records[key]
+
+
+@functools.cache
+def paper_function(name: str) -> Ehrlich:
+    """The paper's exact instance: ``"f1"``-``"f4"``, ``"Ehr(32,32)-4-4-2"`` or ``"Ehr(32,128)-4-4-2"``."""
+    record = _lookup(name)
+    cfg = record["config_obj"]
+    return from_holo(
+        record["transition_matrix"],
+        record["motifs"],
+        record["spacings_holo"],
+        quantization=cfg.quantization,
+        epistasis_factor=cfg.epistasis_factor,
+        dim=cfg.dim,
+        stationary_dist=record["stationary_dist"],
+    )
+
+
+def paper_initial_solution(name: str) -> jax.Array:
+    """The start sequence the paper's GA used for this instance: int32 ``[L]``."""
+    return jnp.asarray(_lookup(name)["initial_solution"], jnp.int32)
+
+
+def resolve_function(spec: str, instance_seed: int | None = None) -> Ehrlich:
+    """Resolve a CLI-style function spec.
+
+    * a paper name (``f1``..``f4`` or one of the six shipped Ehr names) without ``instance_seed``:
+      the paper's exact instance;
+    * any ``Ehr(v,L)-c-k-q`` name with ``instance_seed``: ``make(jax.random.key(seed), config)``.
+
+    Raises:
+      ValueError: for an unknown name or an Ehr name that is neither shipped nor seeded.
+    """
+    if instance_seed is None:
+        try:
+            return paper_function(spec)
+        except ValueError:
+            try:
+                EhrlichConfig.from_name(spec)
+            except ValueError:
+                raise ValueError(
+                    f"unknown function {spec!r}: use one of {paper_function_names()} or an "
+                    "'Ehr(v,L)-c-k-q' name with --instance-seed."
+                ) from None
+            raise ValueError(
+                f"{spec!r} is not one of the paper's instances; pass --instance-seed N to sample one."
+            ) from None
+    if spec in PAPER_FUNCTIONS and spec.startswith("f"):
+        spec = PAPER_FUNCTIONS[spec]
+    config = EhrlichConfig.from_name(spec)
+    return make(jax.random.key(instance_seed), config)

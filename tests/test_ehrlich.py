@@ -1,0 +1,300 @@
+"""Properties, construction and input checking of Ehrlich functions."""
+
+from __future__ import annotations
+
+import itertools
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import llome_jax.ehrlich as eh
+from llome_jax.compat.holo import Ehrlich as HoloEhrlich
+
+SMALL = eh.EhrlichConfig(num_states=8, dim=16, num_motifs=2, motif_length=4, quantization=4)
+
+
+@pytest.fixture(scope="module")
+def fn():
+    return eh.make(jax.random.key(3), SMALL)
+
+
+# ------------------------------------------------------------------ naming and config
+def test_name_round_trip():
+    cfg = eh.EhrlichConfig(32, 32, 4, 4)
+    assert cfg.name == "Ehr(32,32)-4-4-4"
+    assert eh.EhrlichConfig.from_name("Ehr(32,32)-4-4-4") == cfg.__class__(32, 32, 4, 4, 4)
+    assert eh.EhrlichConfig.from_name("Ehr(32, 128)-8-8-8").dim == 128
+    assert eh.EhrlichConfig.from_name("Ehr(32,32)-4-4-4-a2").epistasis_factor == 2.0
+    hash(cfg)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(num_states=32, dim=15, num_motifs=4, motif_length=4), "dim=15"),
+        (dict(num_states=32, dim=32, num_motifs=4, motif_length=4, quantization=5), "quantization"),
+        (dict(num_states=32, dim=32, num_motifs=4, motif_length=4, quantization=0), "quantization"),
+        (dict(num_states=1, dim=32, num_motifs=4, motif_length=4), "num_states"),
+        (dict(num_states=32, dim=32, num_motifs=0, motif_length=4), "num_motifs"),
+        (dict(num_states=32, dim=32, num_motifs=4, motif_length=0), "motif_length"),
+        (dict(num_states=32.0, dim=32, num_motifs=4, motif_length=4), "num_states"),
+    ],
+)
+def test_impossible_configurations_raise(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        eh.EhrlichConfig(**kwargs)
+
+
+def test_bad_names_raise():
+    with pytest.raises(ValueError, match="cannot parse"):
+        eh.EhrlichConfig.from_name("Ehrlich-32-32")
+    with pytest.raises(ValueError, match="unknown paper function"):
+        eh.paper_function("f9")
+    with pytest.raises(ValueError, match="instance-seed"):
+        eh.resolve_function("Ehr(16,16)-2-2-2")
+
+
+# ------------------------------------------------------------------ make
+def test_make_is_deterministic_per_key(fn):
+    again = eh.make(jax.random.key(3), SMALL)
+    chex.assert_trees_all_equal(fn, again)
+    other = eh.make(jax.random.key(4), SMALL)
+    assert not np.array_equal(np.asarray(fn.transition_matrix), np.asarray(other.transition_matrix))
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("v", [4, 20, 32])
+def test_make_transition_matrix_structure(seed, v):
+    cfg = eh.EhrlichConfig(num_states=v, dim=16, num_motifs=2, motif_length=4)
+    inst = eh.make(jax.random.key(seed), cfg)
+    matrix = np.asarray(inst.transition_matrix)
+    np.testing.assert_allclose(matrix.sum(-1), 1.0, atol=1e-6)
+    assert eh.is_ergodic(matrix)
+    assert np.all(np.diag(matrix) > 0)
+    # The support is a row-permuted wrapping band of half-width int(0.4 v) with the diagonal on:
+    # every row equals some band row (plus its own diagonal entry), and the matched band rows are
+    # all distinct (a permutation), so the number of zeros is the band's up to the diagonal fixes.
+    band = eh.banded_mask(v, int(0.4 * v))
+    eye = np.eye(v, dtype=bool)
+    support = matrix > 0
+    matched = [
+        [r for r in range(v) if np.array_equal(support[i], band[r] | eye[i])] for i in range(v)
+    ]
+    assert all(matched), "a row's zero pattern is not a band row"
+    assert _has_permutation(matched)
+    pi = np.asarray(inst.stationary_dist)
+    np.testing.assert_allclose(pi @ matrix, pi, atol=1e-5)
+
+
+def _has_permutation(candidates: list[list[int]]) -> bool:
+    """Whether one candidate per row can be chosen with all choices distinct (tiny backtracking)."""
+
+    def assign(row: int, used: frozenset) -> bool:
+        if row == len(candidates):
+            return True
+        return any(assign(row + 1, used | {c}) for c in candidates[row] if c not in used)
+
+    return assign(0, frozenset())
+
+
+def test_make_motifs_and_spacings_follow_reference_formula(fn):
+    cfg = fn.config
+    offsets = np.asarray(fn.offsets)
+    assert offsets[:, 0].tolist() == [0] * cfg.num_motifs
+    gaps = np.asarray(fn.spacings)
+    assert np.all(gaps >= 1) and np.all(gaps <= 1 + cfg.slack // cfg.num_motifs)
+    assert np.sum(offsets[:, -1] + 1) <= cfg.dim
+    # motifs are one feasible chain, chunked
+    chain = np.asarray(fn.motifs).reshape(-1)
+    matrix = np.asarray(fn.transition_matrix)
+    assert all(matrix[a, b] > 0 for a, b in itertools.pairwise(chain))
+
+
+def test_is_ergodic_detects_reducible_chain():
+    assert not eh.is_ergodic(np.eye(3))
+    assert eh.is_ergodic(np.full((3, 3), 1 / 3))
+
+
+# ------------------------------------------------------------------ values
+def test_optimum_scores_one(fn):
+    assert float(eh.evaluate(fn, eh.optimal_solution(fn))) == 1.0
+    for name in ("f1", "f2", "f3", "f4"):
+        f = eh.paper_function(name)
+        assert float(eh.evaluate(f, eh.optimal_solution(f))) == 1.0
+
+
+@pytest.mark.parametrize("q", [1, 2, 4])
+def test_feasible_values_on_quantisation_grid(q):
+    cfg = eh.EhrlichConfig(num_states=8, dim=16, num_motifs=2, motif_length=4, quantization=q)
+    inst = eh.make(jax.random.key(q), cfg)
+    x = eh.initial_solution(jax.random.key(10), inst, 512)
+    # mutate a few positions towards the motifs to populate higher levels
+    values = np.asarray(eh.evaluate(inst, x))
+    assert np.all(np.isfinite(values))
+    assert np.all((values >= 0) & (values <= 1))
+    presence = np.asarray(eh.motif_presence(inst, x))
+    np.testing.assert_array_equal(presence * q, np.round(presence * q))
+    grid = {np.float32(a * b / q / q) for a in range(q + 1) for b in range(q + 1)}
+    assert set(values.tolist()) <= {float(g) for g in grid}
+
+
+def test_uniform_random_sequences_are_infeasible():
+    f = eh.paper_function("f4")
+    x = eh.random_solution(jax.random.key(0), f, 2000)
+    assert np.all(np.isneginf(np.asarray(eh.evaluate(f, x))))
+
+
+def test_initial_solutions_are_feasible(fn):
+    x = eh.initial_solution(jax.random.key(1), fn, 100)
+    chex.assert_shape(x, (100, SMALL.dim))
+    assert np.all(np.asarray(eh.is_feasible(fn, x)))
+
+
+def test_epistasis_response_matches_formula():
+    cfg = eh.EhrlichConfig(num_states=8, dim=16, num_motifs=1, motif_length=4, epistasis_factor=2.0)
+    inst = eh.make(jax.random.key(0), cfg)
+    x = eh.initial_solution(jax.random.key(2), inst, 256)
+    h = np.asarray(eh.motif_presence(inst, x))[:, 0]
+    expected = ((np.float32(2.0) * h) * (h - np.float32(1)) + np.float32(1)) * h
+    np.testing.assert_array_equal(np.asarray(eh.evaluate(inst, x)), expected.astype(np.float32))
+
+
+# ------------------------------------------------------------------ transformations
+def _mixed_batch(f: eh.Ehrlich, n: int, key: jax.Array) -> jax.Array:
+    k1, k2, k3 = jax.random.split(key, 3)
+    feasible = eh.initial_solution(k1, f, n)
+    opt = jnp.broadcast_to(eh.optimal_solution(f), feasible.shape)
+    mask = jax.random.bernoulli(k2, 0.5, feasible.shape)
+    mixed = jnp.where(mask, opt, feasible)
+    noise = jax.random.randint(k3, feasible.shape, 0, f.config.num_states)
+    return jnp.where(jax.random.bernoulli(k3, 0.02, feasible.shape), noise, mixed)
+
+
+def test_jit_equals_nojit_and_vmap_equals_loop(fn):
+    x = _mixed_batch(fn, 64, jax.random.key(5))
+    reference = np.asarray(eh.evaluate(fn, x))
+    with jax.disable_jit():
+        nojit = np.asarray(eh.evaluate(fn, x))
+    np.testing.assert_array_equal(reference, nojit)
+    vmapped = jax.vmap(lambda row: eh.evaluate(fn, row))(x)
+    np.testing.assert_array_equal(np.asarray(vmapped), reference)
+    looped = np.array([float(eh.evaluate(fn, row)) for row in x])
+    np.testing.assert_array_equal(looped.astype(np.float32), reference)
+    jitted = jax.jit(eh.evaluate)(fn, x)
+    np.testing.assert_array_equal(np.asarray(jitted), reference)
+
+
+def test_vmap_over_instances():
+    keys = jax.random.split(jax.random.key(0), 3)
+    instances = [eh.make(k, SMALL) for k in keys]
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *instances)
+    x = _mixed_batch(instances[0], 32, jax.random.key(1))
+    batched = jax.vmap(eh.evaluate, in_axes=(0, None))(stacked, x)
+    for i, inst in enumerate(instances):
+        np.testing.assert_array_equal(np.asarray(batched[i]), np.asarray(eh.evaluate(inst, x)))
+
+
+def test_chunked_path_equals_single_block():
+    f = eh.paper_function("f2")
+    x = _mixed_batch(f, 1000, jax.random.key(2))
+    whole = np.asarray(eh.evaluate(f, x, chunk_size=4096))
+    for chunk in (64, 300, 999):  # uneven chunking: last block overlaps its predecessor
+        np.testing.assert_array_equal(np.asarray(eh.evaluate(f, x, chunk_size=chunk)), whole)
+    np.testing.assert_array_equal(
+        np.asarray(eh.motif_presence(f, x, chunk_size=300)), np.asarray(eh.motif_presence(f, x))
+    )
+
+
+def test_batch_shapes_are_preserved():
+    f = eh.paper_function("f2")
+    x = _mixed_batch(f, 24, jax.random.key(3)).reshape(2, 3, 4, 32)
+    chex.assert_shape(eh.evaluate(f, x), (2, 3, 4))
+    chex.assert_shape(eh.motif_presence(f, x), (2, 3, 4, 4))
+    chex.assert_shape(eh.is_feasible(f, x), (2, 3, 4))
+    chex.assert_shape(eh.evaluate(f, x[0, 0, 0]), ())
+
+
+def test_sharded_evaluation_equals_single_device():
+    assert jax.device_count() == 8
+    f = eh.paper_function("f2")
+    x = _mixed_batch(f, 8 * 512, jax.random.key(4))
+    single = np.asarray(eh.evaluate(f, x))
+    mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    xs = jax.device_put(x, NamedSharding(mesh, P("data")))
+    sharded = jax.jit(eh.evaluate)(f, xs)
+    np.testing.assert_array_equal(np.asarray(sharded), single)
+    sharded_chunked = jax.jit(lambda f, x: eh.evaluate(f, x, chunk_size=256))(f, xs)
+    np.testing.assert_array_equal(np.asarray(sharded_chunked), single)
+
+
+def test_out_of_range_tokens_inside_jit_are_infeasible():
+    f = eh.paper_function("f2")
+    x = eh.optimal_solution(f).at[5].set(40)
+    assert float(jax.jit(eh.evaluate)(f, x)) == -np.inf
+    x = eh.optimal_solution(f).at[5].set(-3)
+    assert float(jax.jit(eh.evaluate)(f, x)) == -np.inf
+
+
+# ------------------------------------------------------------------ input errors
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (np.zeros((3, 31), np.int32), r"shape \[\.\.\., 32\]"),
+        (np.zeros((3, 32), np.float32), "integer token ids"),
+        (np.zeros((3, 32, 32), np.float32), "one-hot"),
+        (np.zeros((3, 32), bool), "integer token ids"),
+        (np.full((3, 32), 32, np.int32), "token 32 outside"),
+        (np.full((3, 32), -1, np.int64), "token -1 outside"),
+        (jnp.full((3, 32), 99, jnp.int32), "token 99 outside"),
+        ("3,1,0", "integer array"),
+    ],
+)
+@pytest.mark.parametrize("function", [eh.evaluate, eh.motif_presence, eh.is_feasible])
+def test_bad_inputs_raise_before_jit(bad, message, function):
+    f = eh.paper_function("f2")
+    with pytest.raises(ValueError, match=message):
+        function(f, bad)
+
+
+def test_from_holo_rejects_bad_instances():
+    good = eh.paper_function("f2")
+    matrix, motifs, gaps = (
+        np.asarray(good.transition_matrix),
+        np.asarray(good.motifs),
+        np.asarray(good.spacings),
+    )
+    with pytest.raises(ValueError, match="square"):
+        eh.from_holo(matrix[:3], motifs, gaps)
+    with pytest.raises(ValueError, match="spacings"):
+        eh.from_holo(matrix, motifs, gaps[:, :2])
+    with pytest.raises(ValueError, match=">= 1"):
+        eh.from_holo(matrix, motifs, np.zeros_like(gaps))
+    with pytest.raises(ValueError, match="motif states"):
+        eh.from_holo(matrix, motifs + 40, gaps)
+    with pytest.raises(ValueError, match="rows summing"):
+        eh.from_holo(matrix * 2, motifs, gaps)
+    with pytest.raises(ValueError, match="spans"):
+        eh.from_holo(matrix, [[0, 1]], [[10]], dim=5)
+
+
+# ------------------------------------------------------------------ holo facade
+def test_holo_facade_matches_functional_core():
+    facade = HoloEhrlich(num_states=8, dim=16, num_motifs=2, motif_length=4, random_seed=3)
+    core = eh.make(jax.random.key(3), SMALL)
+    np.testing.assert_array_equal(facade.transition_matrix, np.asarray(core.transition_matrix))
+    x0 = facade.initial_solution()
+    assert x0.shape == (16,)
+    np.testing.assert_array_equal(facade.initial_solution(), x0)  # holo resets the seed
+    assert facade.evaluate_true(facade.optimal_solution()[None])[0] == 1.0
+    assert facade.optimal_value == 1.0
+    xs = facade.random_solution(50)
+    assert xs.shape == (50, 16)
+    np.testing.assert_array_equal(facade(xs), np.asarray(eh.evaluate(core, xs)))
+    negated = HoloEhrlich.from_instance(core, negate=True)
+    assert negated(negated.optimal_solution()[None])[0] == -1.0 and negated.optimal_value == -1.0
+    assert [m.tolist() for m in facade.motifs] == np.asarray(core.motifs).tolist()
