@@ -29,7 +29,7 @@ def token_logprobs(logits: jax.Array, input_ids: jax.Array) -> jax.Array:
     Returns:
       float32 ``[B, T]`` where entry ``t >= 1`` is ``log p(x_t | x_<t)`` and entry 0 is 0.
     """
-    logits = logits[:, :-1].astype(jnp.float32)
+    logits = jnp.asarray(logits)[:, :-1].astype(jnp.float32)
     targets = input_ids[:, 1:]
     picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     logp = picked - jax.nn.logsumexp(logits, axis=-1)
@@ -56,6 +56,6 @@ def sequence_logprobs(
       >>> round(float(out.sum_logp[0]), 4), float(out.num_tokens[0])   # 2 * log(1/4)
       (-2.7726, 2.0)
     """
-    mask = target_mask.astype(jnp.float32).at[:, 0].set(0.0)
+    mask = jnp.asarray(target_mask, jnp.float32).at[:, 0].set(0.0)
     logp = token_logprobs(logits, input_ids)
     return SeqLogProbs(sum_logp=jnp.sum(logp * mask, axis=-1), num_tokens=jnp.sum(mask, axis=-1))
