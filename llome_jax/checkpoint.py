@@ -60,9 +60,17 @@ def _default_sharding() -> jax.sharding.Sharding:
     return jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
 
 
+def _abstract_leaf(leaf: Any) -> jax.ShapeDtypeStruct:
+    if isinstance(leaf, jax.ShapeDtypeStruct):
+        return leaf
+    if not isinstance(leaf, jax.Array):
+        leaf = jnp.asarray(leaf)
+    return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)
+
+
 def abstract_like(tree: Any) -> Any:
-    """Abstract target (``ShapeDtypeStruct`` with shardings) matching a concrete pytree."""
-    return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
+    """Abstract target (``ShapeDtypeStruct`` with shardings; typed keys kept) of a pytree."""
+    return jax.tree.map(_abstract_leaf, tree)
 
 
 def _to_storable(tree: Any) -> Any:
@@ -71,8 +79,7 @@ def _to_storable(tree: Any) -> Any:
 
 def _storable_abstract(abstract: Any) -> Any:
     def convert(leaf: Any) -> Any:
-        if isinstance(leaf, jax.Array) or not isinstance(leaf, jax.ShapeDtypeStruct):
-            leaf = ocp.utils.to_shape_dtype_struct(jnp.asarray(leaf) if not _is_key(leaf) else leaf)
+        leaf = _abstract_leaf(leaf)
         sharding = getattr(leaf, "sharding", None)
         if _is_key(leaf):
             data = jax.eval_shape(jax.random.key_data, leaf)

@@ -104,19 +104,40 @@ def check_batch_divisible(tree: Any, mesh: Mesh, axis_name: str = DATA_AXIS) -> 
             )
 
 
+def _place(tree: Any, sharding: NamedSharding) -> Any:
+    """``device_put``, or (multi-process) build each global array from this host's full copy."""
+    if jax.process_count() == 1:
+        return jax.device_put(tree, sharding)
+
+    def build(x: Any) -> jax.Array:
+        is_key = jax.dtypes.issubdtype(getattr(x, "dtype", np.float32), jax.dtypes.prng_key)
+        data = np.asarray(jax.random.key_data(x) if is_key else x)
+        spec = sharding.spec if data.ndim else P()
+        out = jax.make_array_from_callback(
+            data.shape, NamedSharding(sharding.mesh, spec), lambda index: data[index]
+        )
+        return jax.random.wrap_key_data(out, impl=jax.random.key_impl(x)) if is_key else out
+
+    return jax.tree.map(build, tree)
+
+
 def shard_batch(tree: Any, mesh: Mesh, axis_name: str = DATA_AXIS) -> Any:
-    """Place every leaf of a (host-global) batch pytree split along its leading axis."""
+    """Place every leaf of a batch pytree split along its leading axis.
+
+    Every process must hold the same full global batch (use :func:`global_batch_from_local` when
+    each process loads only its own rows).
+    """
     check_batch_divisible(tree, mesh, axis_name)
-    return jax.device_put(tree, batch_sharding(mesh, axis_name))
+    return _place(tree, batch_sharding(mesh, axis_name))
 
 
 def replicate(tree: Any, mesh: Mesh) -> Any:
     """Place every leaf of a pytree (params, optimizer state, hyper-parameters) on all devices.
 
-    Note: with a donating step, the replicated copy may alias the caller's buffers; do not reuse
-    the original arrays after the step has consumed the replicated ones.
+    Multi-process: every process passes the same values. Note: with a donating step the
+    replicated copy may alias the caller's buffers; do not reuse the originals afterwards.
     """
-    return jax.device_put(tree, replicated_sharding(mesh))
+    return _place(tree, replicated_sharding(mesh))
 
 
 def global_batch_from_local(local_tree: Any, mesh: Mesh, axis_name: str = DATA_AXIS) -> Any:

@@ -13,9 +13,10 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
-__all__ = ["TinyCausalLM", "TinyLMConfig"]
+__all__ = ["TinyCausalLM", "TinyLMConfig", "toy_token_batch"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +45,9 @@ class _Block(nnx.Module):
         d = config.hidden_size
         self.num_heads = config.num_heads
         self.ln_attn = nnx.LayerNorm(d, rngs=rngs)
-        self.qkv = nnx.Linear(d, 3 * d, rngs=rngs)
+        # No qkv bias: a key bias has an exactly-zero gradient (softmax shift invariance), and
+        # Adam would amplify its round-off noise, which makes trajectory comparisons flaky.
+        self.qkv = nnx.Linear(d, 3 * d, use_bias=False, rngs=rngs)
         self.out = nnx.Linear(d, d, rngs=rngs)
         self.ln_mlp = nnx.LayerNorm(d, rngs=rngs)
         self.up = nnx.Linear(d, config.intermediate_size, rngs=rngs)
@@ -93,3 +96,31 @@ class TinyCausalLM(nnx.Module):
         for block in self.blocks:
             x = block(x, mask)
         return self.head(self.ln_final(x))
+
+
+def toy_token_batch(
+    seed: int,
+    *,
+    batch_size: int = 8,
+    seq_len: int = 12,
+    vocab_size: int = 64,
+    min_prompt: int = 3,
+    max_pad: int = 2,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random ``(input_ids, target_mask, attention_mask)`` ``[B, T]`` with ragged prompts/padding.
+
+    Row ``i`` has a prompt of ``min_prompt + (i % 3)`` tokens, then target tokens, then up to
+    ``max_pad`` right-padding tokens (id 0, attention 0, target 0).
+    """
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1, vocab_size, (batch_size, seq_len)).astype(np.int32)
+    target = np.zeros((batch_size, seq_len), np.int32)
+    attention = np.ones((batch_size, seq_len), np.int32)
+    for i in range(batch_size):
+        prompt = min_prompt + (i % 3)
+        pad = int(rng.integers(0, max_pad + 1))
+        end = seq_len - pad
+        target[i, prompt:end] = 1
+        attention[i, end:] = 0
+        ids[i, end:] = 0
+    return ids, target, attention

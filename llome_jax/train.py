@@ -59,6 +59,7 @@ __all__ = [
     "TrainBatch",
     "TrainState",
     "TrainStep",
+    "clip_by_global_norm",
     "compute_logprobs",
     "init_train_state",
     "learning_rate_schedule",
@@ -265,7 +266,7 @@ def learning_rate_schedule(config: OptimizerConfig) -> optax.Schedule:
     linear = config.schedule == "linear"
 
     def schedule(count: jax.Array) -> jax.Array:
-        s = jnp.asarray(count, jnp.float32)
+        s = jnp.asarray(count, float)  # float64 under x64 (exact comparisons in tests)
         warm = s / max(1, warmup)
         decay = jnp.maximum(0.0, (total - s) / max(1, total - warmup)) if linear else 1.0
         return peak * jnp.where(s < warmup, warm, decay)
@@ -336,8 +337,13 @@ def _forward_logprobs(
 def init_train_state(
     key: jax.Array, model: nnx.Module, optimizer: optax.GradientTransformation
 ) -> TrainState:
-    """Initial state: the model's current parameters, a fresh optimizer state, step 0."""
+    """Initial state: a *copy* of the model's current parameters, a fresh optimizer state, step 0.
+
+    The copy matters because the train step donates its state: without it, the first step would
+    delete the arrays the ``model`` object itself still refers to.
+    """
     _, params, _ = split_params(model)
+    params = jax.tree.map(jnp.copy, params)
     return TrainState(
         params=params,
         opt_state=optimizer.init(params),
@@ -359,9 +365,9 @@ def _from_microbatches(x: jax.Array) -> jax.Array:
     return x.swapaxes(0, 1).reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
 
-def _clip_by_global_norm(grads: Any, max_norm: float | None) -> tuple[Any, jax.Array]:
+def clip_by_global_norm(grads: Any, max_norm: float | None) -> tuple[Any, jax.Array]:
     """torch ``clip_grad_norm_``: scale by ``min(1, max_norm / (norm + 1e-6))``."""
-    norm = optax.global_norm(grads)
+    norm = optax.tree.norm(grads)
     if max_norm is None:
         return grads, norm
     scale = jnp.minimum(1.0, max_norm / (norm + 1e-6))
@@ -511,7 +517,7 @@ def make_train_step(
         state: TrainState, batch: TrainBatch, hparams: LossParams, rest: nnx.State
     ) -> tuple[TrainState, dict[str, jax.Array]]:
         loss, metrics, grads = gradients(state.params, batch, hparams, rest)
-        grads, grad_norm = _clip_by_global_norm(grads, max_grad_norm)
+        grads, grad_norm = clip_by_global_norm(grads, max_grad_norm)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         new_state = TrainState(
