@@ -303,12 +303,21 @@ def test_compute_logprobs_matches_direct_forward():
     np.testing.assert_allclose(sharded.sum_logp, direct.sum_logp, rtol=1e-5)
     # The train step's forward at the initial parameters sees the same log-probs: with the
     # reference from compute_logprobs, every importance log-ratio is 0.
-    batch = TrainBatch.create(ids, tmask, amask, reference=direct)
-    step = make_train_step(marge_loss, model, optax.sgd(0.0))
-    _, metrics = step(
-        init_train_state(jax.random.key(0), model, optax.sgd(0.0)), batch, LossParams()
+    batch = TrainBatch.create(
+        ids, tmask, amask, reference=direct, loss=LossBatch.create(reward=np.linspace(0, 1, 10))
     )
+    step = make_train_step(marge_loss, model, optax.sgd(0.0))
+    state = init_train_state(jax.random.key(0), model, optax.sgd(0.0))
+    params = jax.tree.map(jnp.copy, state.params)
+    _, metrics = step(state, batch, LossParams())
     assert abs(float(metrics["log_ratio_mean"])) < 1e-5
+    # The eval step (forward in 2 slices) reports the same loss the train step saw.
+    evaluate = train.make_eval_step(marge_loss, model, num_microbatches=2)
+    eval_metrics = evaluate(params, batch, LossParams())
+    np.testing.assert_allclose(float(eval_metrics["loss"]), float(metrics["loss"]), rtol=1e-5)
+    np.testing.assert_allclose(
+        float(eval_metrics["kl_to_target"]), float(metrics["kl_to_target"]), rtol=1e-5
+    )
 
 
 def test_bad_input_raises_before_jit():
