@@ -161,7 +161,13 @@ def test_kill_and_restore_continues_bit_identically(problem, tmp_path):
     key of an uninterrupted 4-step run."""
     model, tx, batches, loss_fn, hp = problem
     root = tmp_path / "ckpt"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        # share the persistent compilation cache with this process (same program, same devices)
+        "JAX_COMPILATION_CACHE_DIR": str(jax.config.jax_compilation_cache_dir),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5",
+    }
     proc = subprocess.run(
         [sys.executable, str(REPO / "tests" / "workers.py"), "train_then_die", str(root), "2"],
         env=env,
@@ -172,7 +178,7 @@ def test_kill_and_restore_continues_bit_identically(problem, tmp_path):
     assert proc.returncode == -9, proc.stdout + proc.stderr[-3000:]
     assert "saved" in proc.stdout
 
-    step = make_train_step(loss_fn, model, tx, num_microbatches=2)
+    step = make_train_step(loss_fn, model, tx)
     state = init_train_state(jax.random.key(42), model, tx)
     abstract = jax.eval_shape(lambda: state)
     trajectory = []

@@ -292,8 +292,14 @@ def test_sharded_step_equals_single_device():
 def test_compute_logprobs_matches_direct_forward():
     model = _model(3)
     ids, tmask, amask = toy_token_batch(5, batch_size=10, seq_len=12, vocab_size=32)
-    logits = model(jnp.asarray(ids), jnp.asarray(amask), train.position_ids_from_mask(amask))
-    direct = sequence_logprobs(logits, ids, tmask)
+    graphdef, state = nnx.split(model)
+
+    @jax.jit
+    def direct_forward(state, ids, amask, tmask):  # the model called directly, as a user would
+        logits = nnx.merge(graphdef, state)(ids, amask, train.position_ids_from_mask(amask))
+        return sequence_logprobs(logits, ids, tmask)
+
+    direct = direct_forward(state, ids, amask, tmask)
     chunked = compute_logprobs(model, None, ids, tmask, amask, batch_size=4)  # 3 chunks, padded
     np.testing.assert_allclose(chunked.sum_logp, direct.sum_logp, rtol=1e-5)
     np.testing.assert_array_equal(chunked.num_tokens, direct.num_tokens)
@@ -365,6 +371,8 @@ def test_two_process_data_parallel_matches_single_device(tmp_path):
         "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
         "JAX_PLATFORMS": "cpu",
         "PYTHONPATH": str(REPO),
+        "JAX_COMPILATION_CACHE_DIR": str(jax.config.jax_compilation_cache_dir),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5",
     }
     worker = REPO / "tests" / "workers.py"
     procs = [

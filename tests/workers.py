@@ -110,7 +110,7 @@ def train_then_die(checkpoint_dir: str, num_steps: int) -> None:
     from llome_jax.train import init_train_state, make_train_step
 
     model, tx, batches, loss_fn, hp = setup()
-    step = make_train_step(loss_fn, model, tx, num_microbatches=2)
+    step = make_train_step(loss_fn, model, tx)
     state = init_train_state(jax.random.key(42), model, tx)
     for batch in batches[:num_steps]:
         state, _ = step(state, batch, hp)
