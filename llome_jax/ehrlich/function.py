@@ -254,7 +254,11 @@ def validate_tokens(fn: Ehrlich, x: Any, *, what: str = "x") -> jax.Array:
             _check_range(cfg, what, low, high)
         return jnp.asarray(x)
     if x.size:
-        low, high = (int(b) for b in _min_max(x))
+        try:
+            low, high = (int(b) for b in _min_max(x))
+        except jax.errors.ConcretizationTypeError:  # a concrete array closed over inside a trace
+            host = np.asarray(x)
+            low, high = int(host.min()), int(host.max())
         _check_range(cfg, what, low, high)
     return x
 
