@@ -33,6 +33,7 @@ __all__ = [
     "ROUND_FIELDS",
     "RunDirectory",
     "atomic_write_text",
+    "draw_regret_curves",
     "frac_unique",
     "mean_hamming_to_nearest",
     "plot_regret_curves",
@@ -331,29 +332,17 @@ class RunDirectory:
         return target
 
 
-def plot_regret_curves(
-    curves: Mapping[str, Sequence[tuple[Any, Any]]],
-    path: str | os.PathLike,
-    *,
-    title: str = "",
-    ylabel: str = "min simple regret",
-    xlabel: str = "number of evaluations",
-    log_x: bool = True,
-) -> pathlib.Path:
-    """Plot median and spread (min-max band, interquartile band) over seeds for each method.
+def draw_regret_curves(axis: Any, curves: Mapping[str, Sequence[tuple[Any, Any]]]) -> None:
+    """Draw median and spread (min-max and interquartile bands) over seeds on a matplotlib axis.
 
     Args:
+      axis: a matplotlib ``Axes``.
       curves: method name -> list of ``(evaluations [T], min_regret [T])`` per seed; seeds may have
-        different lengths (curves are compared on the union of evaluation counts, each carried
-        forward as a step function and ending where its run ended).
-      path: output PNG.
+        different lengths (each curve is a step function that ends where its run ended; the
+        median is drawn while at least half of the seeds are still running).
     """
-    import matplotlib
+    import warnings
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(6.4, 4.2), dpi=120)
     for name, runs in curves.items():
         runs = [(np.asarray(x, float), np.asarray(y, float)) for x, y in runs if len(x)]
         if not runs:
@@ -365,32 +354,41 @@ def plot_regret_curves(
             valid = (index >= 0) & (grid <= x[-1])
             stacked[i, valid] = y[index[valid]]
         alive = np.sum(~np.isnan(stacked), axis=0) >= max(1, (len(runs) + 1) // 2)
-        with np.errstate(all="ignore"):
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                median = np.nanmedian(stacked, axis=0)
-                low, high = np.nanmin(stacked, axis=0), np.nanmax(stacked, axis=0)
-                q25, q75 = (
-                    np.nanpercentile(stacked, 25, axis=0),
-                    np.nanpercentile(stacked, 75, axis=0),
-                )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            median = np.nanmedian(stacked, axis=0)
+            low, high = np.nanmin(stacked, axis=0), np.nanmax(stacked, axis=0)
+            q25, q75 = np.nanpercentile(stacked, [25, 75], axis=0)
         (line,) = axis.step(
             grid[alive], median[alive], where="post", label=f"{name} (n={len(runs)})"
         )
         if len(runs) > 1:
+            color = line.get_color()
             axis.fill_between(
-                grid[alive],
-                low[alive],
-                high[alive],
-                step="post",
-                alpha=0.12,
-                color=line.get_color(),
+                grid[alive], low[alive], high[alive], step="post", alpha=0.12, color=color
             )
             axis.fill_between(
-                grid[alive], q25[alive], q75[alive], step="post", alpha=0.25, color=line.get_color()
+                grid[alive], q25[alive], q75[alive], step="post", alpha=0.25, color=color
             )
+
+
+def plot_regret_curves(
+    curves: Mapping[str, Sequence[tuple[Any, Any]]],
+    path: str | os.PathLike,
+    *,
+    title: str = "",
+    ylabel: str = "min simple regret",
+    xlabel: str = "number of evaluations",
+    log_x: bool = True,
+) -> pathlib.Path:
+    """One regret-vs-evaluations figure (see :func:`draw_regret_curves`) saved as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    draw_regret_curves(axis, curves)
     if log_x:
         axis.set_xscale("log")
     axis.set_xlabel(xlabel)
