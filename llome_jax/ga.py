@@ -42,6 +42,7 @@ __all__ = [
     "GAState",
     "GATrace",
     "advance",
+    "approx_count_unique_rows",
     "archive_from_trajectory",
     "ask",
     "count_unique_rows",
@@ -278,14 +279,16 @@ def recombine(
 def survival_threshold(values: jax.Array, survival_quantile: float) -> jax.Array:
     """The ``(1 - alpha)`` quantile of ``values`` (linear interpolation, as ``torch.quantile``).
 
-    Returns ``-inf`` when an infeasible (``-inf``) value enters the interpolation.
+    Only the two order statistics around position ``(1 - alpha)(n - 1)`` are needed, so they are
+    read off ``lax.top_k`` (several times faster than a full sort on CPU). Returns ``-inf`` when an
+    infeasible (``-inf``) value enters the interpolation.
     """
-    ordered = jnp.sort(values)
-    position = (1.0 - survival_quantile) * (values.shape[0] - 1)
+    n = values.shape[0]
+    position = (1.0 - survival_quantile) * (n - 1)
     low, high = math.floor(position), math.ceil(position)
-    weight = jnp.float32(position - low)
-    below, above = ordered[low], ordered[high]
-    interpolated = below + weight * (above - below)
+    largest, _ = jax.lax.top_k(values, n - low)  # descending; ascending index i is largest[n-1-i]
+    below, above = largest[n - 1 - low], largest[n - 1 - high]
+    interpolated = below + jnp.float32(position - low) * (above - below)
     return jnp.where(jnp.isneginf(below), -jnp.inf, interpolated)
 
 
@@ -416,6 +419,31 @@ def count_unique_rows(rows: jax.Array, num_states: int) -> jax.Array:
     return jnp.sum(is_first.astype(jnp.int32))
 
 
+def _row_hash(rows: jax.Array) -> jax.Array:
+    """A 32-bit hash per row: ``fmix32(sum_t (x_t + 1) r_t)`` with fixed odd multipliers ``r_t``.
+
+    Two rows differing in one position never collide; otherwise collisions have probability
+    about ``2^-32``.
+    """
+    positions = jax.lax.iota(jnp.uint32, rows.shape[-1])
+    multipliers = _fmix32(positions * jnp.uint32(_GOLDEN) + jnp.uint32(0x243F6A88)) | jnp.uint32(1)
+    total = jnp.sum(
+        (rows.astype(jnp.uint32) + jnp.uint32(1)) * multipliers, axis=-1, dtype=jnp.uint32
+    )
+    return _fmix32(total)
+
+
+def approx_count_unique_rows(rows: jax.Array) -> jax.Array:
+    """Distinct rows of ``[n, L]`` counted by sorting a 32-bit row hash (one sort key).
+
+    Used for the per-generation ``frac_unique`` statistic, where it is ~10x cheaper than the exact
+    multi-key sort of :func:`count_unique_rows`; two distinct rows are merged only on a hash
+    collision (about ``n^2 / 2^33``, i.e. 1e-4 per generation for ``n = 1000``).
+    """
+    hashes = jnp.sort(_row_hash(rows))
+    return 1 + jnp.sum((hashes[1:] != hashes[:-1]).astype(jnp.int32))
+
+
 def _generation_stats(population: jax.Array, values: jax.Array, state: GAState, num_states: int):
     feasible = jnp.isfinite(values)
     num_feasible = jnp.sum(feasible)
@@ -430,7 +458,7 @@ def _generation_stats(population: jax.Array, values: jax.Array, state: GAState, 
         generation_best=jnp.max(values),
         mean_feasible_value=mean_feasible.astype(jnp.float32),
         frac_feasible=(num_feasible / n).astype(jnp.float32),
-        frac_unique=(count_unique_rows(population, num_states) / n).astype(jnp.float32),
+        frac_unique=(approx_count_unique_rows(population) / n).astype(jnp.float32),
         num_evaluations=state.num_evaluations,
     )
 

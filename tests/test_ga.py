@@ -79,7 +79,10 @@ def test_survival_ties_and_infeasible():
 
 def test_count_unique_rows(key):
     rows = jax.random.randint(key, (300, 12), 0, 3)
-    assert int(ga.count_unique_rows(rows, 3)) == len(np.unique(np.asarray(rows), axis=0))
+    rows = jnp.concatenate([rows, rows[:50], rows[:50].at[:, 3].set((rows[:50, 3] + 1) % 3)])
+    expected = len(np.unique(np.asarray(rows), axis=0))
+    assert int(ga.count_unique_rows(rows, 3)) == expected
+    assert int(ga.approx_count_unique_rows(rows)) == expected
 
 
 # ------------------------------------------------------------------ runs

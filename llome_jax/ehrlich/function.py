@@ -368,7 +368,9 @@ def _chunked(lane_fn, fn: Ehrlich, x2d: jax.Array, out_shape: tuple[int, ...], d
         result = lane_fn(fn, _to_lanes(fn, block))
         return jax.lax.dynamic_update_slice_in_dim(out, result, start, axis=out.ndim - 1)
 
-    out = jnp.zeros((*out_shape, total), dtype)
+    # Derived from the input (not jnp.zeros) so it carries the input's varying manual axes when
+    # evaluated per shard under shard_map.
+    out = jnp.broadcast_to(jnp.zeros_like(x2d[:, 0], dtype=dtype), (*out_shape, total))
     return jax.lax.fori_loop(0, num_chunks, body, out)
 
 
