@@ -145,9 +145,6 @@ def _ordered_int(value: jax.Array) -> jax.Array:
     return jax.lax.bitcast_convert_type(value, jnp.int32) - _KEY_OFFSET
 
 
-@functools.partial(
-    jax.jit, static_argnames=("num_rows", "num_groups", "group_size", "k", "max_diff")
-)
 def _neighbour_block(
     queries: jax.Array,
     candidates: jax.Array,
@@ -227,6 +224,22 @@ def _neighbour_block(
     return index, distance
 
 
+@functools.lru_cache(maxsize=64)
+def _compiled_block(mesh: Mesh | None, **static: int):
+    """The jitted block function; with a mesh, query rows are split over all its devices by
+    ``shard_map`` (candidates replicated), which works for Auto and Explicit axis types alike."""
+    fn = functools.partial(_neighbour_block, **static)
+    if mesh is not None:
+        axes = tuple(mesh.axis_names)
+        fn = jax.shard_map(
+            fn,
+            mesh=mesh,
+            in_specs=(P(None, None, axes), P(), P(), P(axes)),
+            out_specs=(P(axes), P(axes)),
+        )
+    return jax.jit(fn)
+
+
 def hamming_neighbours(
     sequences: Any,
     num_neighbours: int = 30,
@@ -304,19 +317,15 @@ def hamming_neighbours(
     row_ids = np.arange(num_blocks * block, dtype=np.int32)
 
     if mesh is None:
-        put_replicated = jnp.asarray
-        put_queries = jnp.asarray
-        put_ids = jnp.asarray
+        candidates_dev, rows_dev = jnp.asarray(candidates), jnp.asarray(padded)
+        query_sharding = id_sharding = None
     else:
         axes = tuple(mesh.axis_names)
         replicated = NamedSharding(mesh, P())
-        put_replicated = functools.partial(jax.device_put, device=replicated)
-        put_queries = functools.partial(
-            jax.device_put, device=NamedSharding(mesh, P(None, None, axes))
-        )
-        put_ids = functools.partial(jax.device_put, device=NamedSharding(mesh, P(axes)))
-    candidates_dev = put_replicated(candidates)
-    rows_dev = put_replicated(padded)
+        candidates_dev = jax.device_put(candidates, replicated)
+        rows_dev = jax.device_put(padded, replicated)
+        query_sharding = NamedSharding(mesh, P(None, None, axes))
+        id_sharding = NamedSharding(mesh, P(axes))
 
     static = dict(
         num_rows=n,
@@ -330,15 +339,15 @@ def hamming_neighbours(
         from tqdm.auto import tqdm
 
         starts = tqdm(starts, desc="Hamming kNN", unit="block")
+    block_fn = _compiled_block(mesh, **static)
     outputs = []
     for start in starts:
         outputs.append(
-            _neighbour_block(
-                put_queries(queries[:, :, start : start + block]),
+            block_fn(
+                jax.device_put(queries[:, :, start : start + block], query_sharding),
                 candidates_dev,
                 rows_dev,
-                put_ids(row_ids[start : start + block]),
-                **static,
+                jax.device_put(row_ids[start : start + block], id_sharding),
             )
         )
     index = np.concatenate([np.asarray(i) for i, _ in outputs])[:n]
