@@ -151,3 +151,12 @@ def test_generation_metrics_by_hand():
     assert empty["num_generated"] == 0 and math.isnan(empty["mean_hamming"])
     with pytest.raises(ValueError, match="same shape"):
         hamming_distance(inputs, outputs[:, :3])
+
+
+@pytest.mark.parametrize("module", ["neighbours", "data", "filter", "schedule", "seeds", "metrics"])
+def test_docstring_examples(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(f"llome_jax.llome.{module}"))
+    assert result.failed == 0
