@@ -325,6 +325,11 @@ def test_triples_caps():
     assert counts == {p: min(3, len(s)) for p, s in per_prompt.items()}
 
     capped = preference_triples(jax.random.key(0), x, f, PropEnConfig(max_infeasible_fraction=0.1))
+    again = preference_triples(jax.random.key(0), x, f, PropEnConfig(max_infeasible_fraction=0.1))
+    other = preference_triples(jax.random.key(1), x, f, PropEnConfig(max_infeasible_fraction=0.1))
+    np.testing.assert_array_equal(capped.prompt_index, again.prompt_index)
+    np.testing.assert_array_equal(capped.rejected_index, again.rejected_index)
+    assert not np.array_equal(capped.prompt_index, other.prompt_index)
     fc = np.where(np.isnan(f), -np.inf, f)
     feasible = sum(1 for p, _, _ in expected if np.isfinite(fc[p]))
     assert capped.num_infeasible_prompts == round(feasible * 0.1 / 0.9)

@@ -40,6 +40,7 @@ import math
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from llome_jax.llome.neighbours import HammingNeighbours, hamming_neighbours
@@ -268,17 +269,35 @@ def cap_infeasible_inputs(
     infeasible_rows = np.flatnonzero(infeasible)
     if max_fraction is not None:
         limit = round(feasible_rows.size * max_fraction / (1.0 - max_fraction))
-        if infeasible_rows.size > limit:
-            pick = _permutation(key_subset, infeasible_rows.size)[:limit]
-            infeasible_rows = np.sort(infeasible_rows[pick])
+        infeasible_rows = infeasible_rows[_random_subset(key_subset, infeasible_rows.size, limit)]
     kept = np.concatenate([feasible_rows, infeasible_rows])
     return kept[_permutation(key_order, kept.size)]
 
 
+def _random_keys(key: jax.Array, n: int) -> np.ndarray:
+    """``n`` random uint64 sort keys from ``jax.random.bits`` (ties have probability ~n^2/2^65)."""
+    bits = np.asarray(jax.random.bits(key, (n, 2), jnp.uint32))
+    return np.ascontiguousarray(bits).view(np.uint64).reshape(n)
+
+
 def _permutation(key: jax.Array, n: int) -> np.ndarray:
+    """A uniform random permutation of ``range(n)``: int64 ``[n]``.
+
+    Sorts random 64-bit keys with numpy: the same distribution as ``jax.random.permutation`` but
+    far faster on CPU for millions of elements (XLA:CPU's multi-round sort took ~9 s for 4M).
+    """
     if n == 0:
         return np.zeros((0,), np.int64)
-    return np.asarray(jax.random.permutation(key, n)).astype(np.int64)
+    return np.argsort(_random_keys(key, n)).astype(np.int64)
+
+
+def _random_subset(key: jax.Array, n: int, m: int) -> np.ndarray:
+    """``m`` of ``range(n)`` uniformly without replacement, increasing: int64 ``[min(m, n)]``."""
+    if m >= n:
+        return np.arange(n, dtype=np.int64)
+    if m <= 0:
+        return np.zeros((0,), np.int64)
+    return np.sort(np.argpartition(_random_keys(key, n), m - 1)[:m]).astype(np.int64)
 
 
 def _prepare(

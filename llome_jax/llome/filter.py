@@ -28,7 +28,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from llome_jax.llome.data import _permutation, first_occurrences
+from llome_jax.llome.data import _permutation, _random_subset, first_occurrences
 
 __all__ = ["FilterConfig", "FilterResult", "filter_candidates"]
 
@@ -200,9 +200,8 @@ def filter_candidates(
         infeasible_rows = rows[~feas[rows]]
         limit = math.floor(feasible_rows.size * p / (1.0 - p) + 1e-9)
         if infeasible_rows.size > limit:
-            pick = _permutation(key_cap, infeasible_rows.size)[:limit]
             dropped = int(infeasible_rows.size - limit)
-            infeasible_rows = infeasible_rows[np.sort(pick)]
+            infeasible_rows = infeasible_rows[_random_subset(key_cap, infeasible_rows.size, limit)]
         rows = np.sort(np.concatenate([feasible_rows, infeasible_rows]))
 
     order = _permutation(key_sample, rows.size)[: config.num_selected]
