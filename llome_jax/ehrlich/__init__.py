@@ -32,6 +32,7 @@ from llome_jax.ehrlich.instances import (
     paper_function_names,
     paper_initial_solution,
     resolve_function,
+    resolve_initial_solution,
 )
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "paper_initial_solution",
     "random_solution",
     "resolve_function",
+    "resolve_initial_solution",
     "sample_chain",
     "sample_transition_matrix",
     "stationary_distribution",

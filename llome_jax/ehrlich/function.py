@@ -254,7 +254,11 @@ def validate_tokens(fn: Ehrlich, x: Any, *, what: str = "x") -> jax.Array:
             _check_range(cfg, what, low, high)
         return jnp.asarray(x)
     if x.size:
-        low, high = (int(b) for b in _min_max(x))
+        try:
+            low, high = (int(b) for b in _min_max(x))
+        except jax.errors.ConcretizationTypeError:  # a concrete array closed over inside a trace
+            host = np.asarray(x)
+            low, high = int(host.min()), int(host.max())
         _check_range(cfg, what, low, high)
     return x
 
@@ -364,7 +368,9 @@ def _chunked(lane_fn, fn: Ehrlich, x2d: jax.Array, out_shape: tuple[int, ...], d
         result = lane_fn(fn, _to_lanes(fn, block))
         return jax.lax.dynamic_update_slice_in_dim(out, result, start, axis=out.ndim - 1)
 
-    out = jnp.zeros((*out_shape, total), dtype)
+    # Derived from the input (not jnp.zeros) so it carries the input's varying manual axes when
+    # evaluated per shard under shard_map.
+    out = jnp.broadcast_to(jnp.zeros_like(x2d[:, 0], dtype=dtype), (*out_shape, total))
     return jax.lax.fori_loop(0, num_chunks, body, out)
 
 

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from llome_jax.ehrlich.config import EhrlichConfig
-from llome_jax.ehrlich.function import Ehrlich, from_holo, make
+from llome_jax.ehrlich.function import Ehrlich, from_holo, initial_solution, make
 
 __all__ = [
     "PAPER_FUNCTIONS",
@@ -23,6 +23,7 @@ __all__ = [
     "paper_function_names",
     "paper_initial_solution",
     "resolve_function",
+    "resolve_initial_solution",
 ]
 
 _DATA = pathlib.Path(__file__).with_name("data") / "paper_instances.json"
@@ -128,3 +129,17 @@ def resolve_function(spec: str, instance_seed: int | None = None) -> Ehrlich:
         spec = PAPER_FUNCTIONS[spec]
     config = EhrlichConfig.from_name(spec)
     return make(jax.random.key(instance_seed), config)
+
+
+def resolve_initial_solution(spec: str, instance_seed: int | None = None) -> jax.Array:
+    """The start sequence for ``resolve_function(spec, instance_seed)``.
+
+    The paper's stored GA start for its instances; for a sampled instance, one chain sample from the
+    stationary law keyed by the instance seed (like holo's ``initial_solution()``, a property of
+    the function, not of the run). int32 ``[L]``.
+    """
+    if instance_seed is None:
+        return paper_initial_solution(spec)
+    fn = resolve_function(spec, instance_seed)
+    key = jax.random.fold_in(jax.random.key(instance_seed), 0x1A1)
+    return initial_solution(key, fn, 1)[0]

@@ -1,0 +1,191 @@
+"""Ehrlich evaluation throughput and peak memory for the paper's f1-f4 (issue: Ehrlich core).
+
+Each (function, batch) cell runs in a fresh subprocess: the batch (int32 ``[N, L]``, chain samples
+with 2 % random substitutions, so a realistic mix of feasible and infeasible sequences) is built
+on the device, the evaluator is compiled and warmed up, the process's peak-RSS counter is reset
+(``/proc/self/clear_refs``), and the jitted ``evaluate`` is timed (best and median of several
+calls). Peak RSS therefore covers the evaluation with its input resident, not input generation.
+
+    python benchmarks/ehrlich_throughput.py                 # f1-f4 x 1e4, 1e5, 1e6
+    python benchmarks/ehrlich_throughput.py --quick         # f2, f4 at 1e4, 1e5
+    python benchmarks/ehrlich_throughput.py --devices 2     # also shard the batch over 2 CPU devices
+
+Reference (pytorch-holo 0.0.5, torch 2.13, 2 threads, batch 1e5, this machine kind): ~1.7e5 seq/s on
+f2, ~1.2e4 seq/s on f4, ~12 GB for f4 at 1e5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+REFERENCE_SEQ_PER_S = {"f2": 1.7e5, "f4": 1.2e4}
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+
+
+def _peak_rss_mb() -> float:
+    with open("/proc/self/status") as stream:
+        for line in stream:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as stream:
+            stream.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def measure(function: str, batch: int, devices: int, repeats: int) -> dict:
+    """Runs inside the worker subprocess."""
+    import jax
+    import jax.numpy as jnp
+
+    from llome_jax import ehrlich, ga
+
+    fn = ehrlich.paper_function(function)
+    length = fn.config.dim
+    pool = ehrlich.initial_solution(jax.random.key(0), fn, 4096)
+    chunk = 8192 if batch >= 8192 else batch
+
+    @jax.jit
+    def make_batch(key):
+        def one(k):
+            k1, k2 = jax.random.split(k)
+            rows = pool[jax.random.randint(k1, (chunk,), 0, pool.shape[0])]
+            return ga.mutate(k2, rows, 0.02, fn.config.num_states)
+
+        keys = jax.random.split(key, -(-batch // chunk))
+        return jax.lax.map(one, keys).reshape(-1, length)[:batch]
+
+    x = make_batch(jax.random.key(1)).block_until_ready()
+    evaluate = jax.jit(ehrlich.evaluate)
+    if devices > 1:
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        mesh = jax.make_mesh((devices,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+        x = jax.device_put(x, NamedSharding(mesh, P("data")))
+        local = jax.jit(
+            jax.shard_map(
+                lambda f, xs: ehrlich.evaluate(f, xs),
+                mesh=mesh,
+                in_specs=(P(), P("data")),
+                out_specs=P("data"),
+            )
+        )
+        evaluate = local
+    values = evaluate(fn, x).block_until_ready()  # compile + warm up
+    frac_feasible = float(jnp.mean(jnp.isfinite(values)))
+    reset = _reset_peak_rss()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        evaluate(fn, x).block_until_ready()
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return {
+        "function": function,
+        "name": fn.config.name,
+        "batch": batch,
+        "devices": devices,
+        "best_seq_per_s": batch / times[0],
+        "median_seq_per_s": batch / times[len(times) // 2],
+        "peak_rss_mb": _peak_rss_mb() if reset else None,
+        "input_mb": batch * length * 4 / 2**20,
+        "frac_feasible": frac_feasible,
+        "chunk_size": ehrlich.default_chunk_size(fn.config),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--functions", default="f1,f2,f3,f4")
+    parser.add_argument("--batches", default="1e4,1e5,1e6")
+    parser.add_argument(
+        "--devices", type=int, default=1, help="also measure sharding over this many CPU devices"
+    )
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="f2 and f4 at 1e4 and 1e5 only")
+    parser.add_argument(
+        "--worker", nargs=3, metavar=("FUNCTION", "BATCH", "DEVICES"), help=argparse.SUPPRESS
+    )
+    args = parser.parse_args()
+    if args.worker:
+        function, batch, devices = args.worker[0], int(float(args.worker[1])), int(args.worker[2])
+        print(json.dumps(measure(function, batch, devices, args.repeats)))
+        return
+    functions = ["f2", "f4"] if args.quick else args.functions.split(",")
+    batches = [1e4, 1e5] if args.quick else [float(b) for b in args.batches.split(",")]
+    device_counts = sorted({1, args.devices})
+    rows = []
+    header = (
+        f"{'function':8s} {'name':18s} {'batch':>9s} {'dev':>3s} {'best seq/s':>11s} "
+        f"{'median':>11s} {'peak RSS':>9s} {'vs ref':>7s}"
+    )
+    print(header)
+    print("-" * len(header))
+    for devices in device_counts:
+        for function in functions:
+            for batch in batches:
+                env = dict(os.environ)
+                env["XLA_FLAGS"] = (
+                    f"--xla_force_host_platform_device_count={devices}" if devices > 1 else ""
+                )
+                env.setdefault("JAX_PLATFORMS", "cpu")
+                command = [
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    function,
+                    str(int(batch)),
+                    str(devices),
+                    "--repeats",
+                    str(args.repeats if batch < 1e6 else 3),
+                ]
+                result = subprocess.run(
+                    command, capture_output=True, text=True, env=env, check=False
+                )
+                if result.returncode != 0:
+                    print(f"{function} {batch:.0e}: failed\n{result.stderr[-2000:]}")
+                    continue
+                row = json.loads(result.stdout.strip().splitlines()[-1])
+                reference = REFERENCE_SEQ_PER_S.get(function)
+                row["speedup_vs_reference"] = (
+                    row["best_seq_per_s"] / reference if reference else None
+                )
+                rows.append(row)
+                ratio = f"{row['speedup_vs_reference']:.0f}x" if reference else "-"
+                peak = f"{row['peak_rss_mb']:.0f} MB" if row["peak_rss_mb"] else "n/a"
+                print(
+                    f"{function:8s} {row['name']:18s} {int(batch):>9d} {devices:>3d} "
+                    f"{row['best_seq_per_s']:>11.3e} "
+                    f"{row['median_seq_per_s']:>11.3e} {peak:>9s} {ratio:>7s}",
+                    flush=True,
+                )
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    target = RESULTS / "ehrlich_throughput.json"
+    import platform
+
+    meta = {
+        "machine": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "note": "CPU only; no GPU was available for this measurement.",
+    }
+    target.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    print(f"wrote {target}")
+
+
+if __name__ == "__main__":
+    main()

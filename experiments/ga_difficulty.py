@@ -1,0 +1,140 @@
+"""Difficulty of Ehrlich functions for the GA as v, L, c, k, q vary (paper App. A, Fig. "difficulty").
+
+Starting from a reference configuration, each parameter is varied on its own; for every setting the
+paper's GA (n = 1000, alpha = 0.1, p_m = 0.005, p_r = 0.0882) runs on several instances (instance
+seed = run seed, so the spread covers both the function and the optimizer's randomness), all seeds
+of one setting vmapped in a single jitted call. Writes a CSV of min-regret curves and a PNG with one
+panel per parameter.
+
+    python experiments/ga_difficulty.py --out results/ga_difficulty            # ~5 min on 2 cores
+    python experiments/ga_difficulty.py --generations 300 --seeds 2 --out /tmp/x   # quick check
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import pathlib
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from llome_jax import ehrlich, ga
+from llome_jax.rundir import draw_regret_curves
+
+REFERENCE = ehrlich.EhrlichConfig(
+    num_states=32, dim=32, num_motifs=2, motif_length=4, quantization=4
+)
+VARIATIONS: dict[str, tuple[str, list[int]]] = {
+    "v": ("num_states", [8, 32, 128]),
+    "L": ("dim", [16, 32, 128]),
+    "c": ("num_motifs", [1, 2, 4]),
+    "k": ("motif_length", [2, 4, 8]),
+    "q": ("quantization", [1, 2, 4]),
+}
+
+
+def run_setting(config: ehrlich.EhrlichConfig, seeds: list[int], generations: int) -> np.ndarray:
+    """Best value so far per generation, ``[seeds, generations]``, one instance per seed."""
+    instances, starts = [], []
+    for seed in seeds:
+        key = jax.random.key(seed)
+        instance = ehrlich.make(key, config)
+        instances.append(instance)
+        starts.append(ehrlich.initial_solution(jax.random.fold_in(key, 0x1A1), instance, 1)[0])
+    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *instances)
+    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), 7))(jnp.asarray(seeds))
+    runner = jax.jit(jax.vmap(lambda k, f, x0: ga.run(k, f, x0, generations, ga.GAConfig())[1]))
+    trace = runner(keys, stacked, jnp.stack(starts))
+    return np.asarray(trace.best_value)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--generations", type=int, default=2000, help="GA generations (x1000 evaluations)"
+    )
+    parser.add_argument("--seeds", type=int, default=4, help="instances/runs per setting")
+    parser.add_argument("--out", default="results/ga_difficulty")
+    args = parser.parse_args()
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    seeds = list(range(args.seeds))
+    evaluations = 1000 * np.arange(1, args.generations + 1)
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(
+        1, len(VARIATIONS), figsize=(4 * len(VARIATIONS), 3.6), dpi=110, sharey=True
+    )
+    rows, summary, cache = [], {}, {}
+    t0 = time.perf_counter()
+    for axis, (symbol, (field, values)) in zip(axes, VARIATIONS.items()):
+        curves = {}
+        for value in values:
+            config = dataclasses.replace(REFERENCE, **{field: value})
+            if config not in cache:
+                started = time.perf_counter()
+                cache[config] = run_setting(config, seeds, args.generations)
+                print(
+                    f"{config.name:22s} {time.perf_counter() - started:6.1f} s  "
+                    f"final median regret {np.median(1 - cache[config][:, -1]):.3f}",
+                    flush=True,
+                )
+            best = cache[config]
+            curves[f"{symbol}={value}"] = [(evaluations, 1.0 - row) for row in best]
+            summary[f"{symbol}={value}"] = {
+                "config": config.name,
+                "median_final_regret": float(np.median(1.0 - best[:, -1])),
+                "area_under_regret_curve": float(np.mean(1.0 - best)),
+                "frac_runs_solved": float(np.mean(best[:, -1] >= 1.0)),
+            }
+            for seed, row in zip(seeds, best):
+                for g in range(0, args.generations, max(1, args.generations // 200)):
+                    rows.append(
+                        [
+                            symbol,
+                            value,
+                            config.name,
+                            seed,
+                            g + 1,
+                            int(evaluations[g]),
+                            1.0 - float(row[g]),
+                        ]
+                    )
+        draw_regret_curves(axis, curves)
+        axis.set_xscale("log")
+        axis.set_title(f"vary {symbol} (reference {REFERENCE.name})", fontsize=9)
+        axis.set_xlabel("evaluations")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    axes[0].set_ylabel("min simple regret")
+    figure.tight_layout()
+    figure.savefig(out / "ga_difficulty.png")
+    with open(out / "ga_difficulty.csv", "w", newline="") as stream:
+        writer = csv.writer(stream)
+        writer.writerow(
+            ["parameter", "value", "config", "seed", "generation", "num_evaluations", "min_regret"]
+        )
+        writer.writerows(rows)
+    (out / "ga_difficulty.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"total {time.perf_counter() - t0:.0f} s; wrote {out}/ga_difficulty.png, .csv, .json")
+    # spread of the area under the regret curve per parameter: which knob matters most
+    for symbol in VARIATIONS:
+        areas = [
+            v["area_under_regret_curve"] for k, v in summary.items() if k.startswith(symbol + "=")
+        ]
+        print(f"  {symbol}: mean-regret range across settings {min(areas):.3f} .. {max(areas):.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""LLOME (paper Alg. 1, App. "Algorithms"): the data side of the bilevel loop.
+
+* :mod:`~llome_jax.llome.neighbours`: exact Hamming kNN (bit-packed, blocked, JAX).
+* :mod:`~llome_jax.llome.data`: PropEn pairs (SFT/MargE), preference triples (DPO), train/val split,
+  margin reward.
+* :mod:`~llome_jax.llome.filter`: the Filter step choosing the ``j`` sequences to label.
+* :mod:`~llome_jax.llome.schedule`: the Hamming-driven temperature schedule.
+* :mod:`~llome_jax.llome.seeds`: refinement seeds and the next-input rule.
+* :mod:`~llome_jax.llome.metrics`: per-round generation metrics.
+
+Paper-vs-reference choices are listed in BUILD.md, "LLOME data pipeline".
+"""
+
+from llome_jax.llome.data import (
+    PreferenceTriples,
+    PropEnConfig,
+    PropEnPairs,
+    cap_infeasible_inputs,
+    first_occurrences,
+    margin_reward,
+    preference_triples,
+    propen_pairs,
+    train_val_split,
+)
+from llome_jax.llome.filter import FilterConfig, FilterResult, filter_candidates
+from llome_jax.llome.metrics import (
+    frac_improved,
+    frac_novel,
+    frac_unique,
+    generation_metrics,
+    hamming_distance,
+    mean_hamming_distance,
+    mean_reward,
+)
+from llome_jax.llome.neighbours import HammingNeighbours, hamming_neighbours, max_differences
+from llome_jax.llome.schedule import (
+    DEFAULT_TEMPERATURES,
+    TemperatureSchedule,
+    temperature_offset,
+    temperatures,
+)
+from llome_jax.llome.seeds import next_refinement_inputs, select_seeds, select_seeds_reference
+
+__all__ = [
+    "DEFAULT_TEMPERATURES",
+    "FilterConfig",
+    "FilterResult",
+    "HammingNeighbours",
+    "PreferenceTriples",
+    "PropEnConfig",
+    "PropEnPairs",
+    "TemperatureSchedule",
+    "cap_infeasible_inputs",
+    "filter_candidates",
+    "first_occurrences",
+    "frac_improved",
+    "frac_novel",
+    "frac_unique",
+    "generation_metrics",
+    "hamming_distance",
+    "hamming_neighbours",
+    "margin_reward",
+    "max_differences",
+    "mean_hamming_distance",
+    "mean_reward",
+    "next_refinement_inputs",
+    "preference_triples",
+    "propen_pairs",
+    "select_seeds",
+    "select_seeds_reference",
+    "temperature_offset",
+    "temperatures",
+    "train_val_split",
+]

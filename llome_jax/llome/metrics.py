@@ -1,0 +1,120 @@
+"""Per-round metrics specific to LLOME's generations (spec Sec. 11.3).
+
+Generic optimisation metrics (min/mean regret, feasible share of the labelled set) live with the
+run directory; these describe the *proposals* of iterative refinement relative to their prompts:
+edit size (``mean_hamming``, also the input of the temperature schedule), diversity
+(``frac_unique``) and improvement (``mean_reward``, ``frac_improved``). All take host arrays and
+return Python floats; empty inputs give NaN (write it as null).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from llome_jax.llome.data import first_occurrences, margin_reward
+
+__all__ = [
+    "frac_improved",
+    "frac_novel",
+    "frac_unique",
+    "generation_metrics",
+    "hamming_distance",
+    "mean_hamming_distance",
+    "mean_reward",
+]
+
+
+def _pair(inputs: Any, outputs: Any) -> tuple[np.ndarray, np.ndarray]:
+    a, b = np.asarray(inputs), np.asarray(outputs)
+    if a.shape != b.shape or a.ndim < 1:
+        raise ValueError(
+            f"inputs and outputs must have the same shape [..., L]; got {a.shape}, {b.shape}."
+        )
+    return a, b
+
+
+def hamming_distance(inputs: Any, outputs: Any) -> np.ndarray:
+    """Fractional Hamming distance ``|{l : x_l != y_l}| / L`` (scipy's ``hamming``): float32 ``[...]``."""
+    a, b = _pair(inputs, outputs)
+    return np.mean(a != b, axis=-1, dtype=np.float64).astype(np.float32)
+
+
+def mean_hamming_distance(inputs: Any, outputs: Any) -> float:
+    """Mean fractional Hamming distance of each output to its own input (``[n, L]`` each).
+
+    The reference's ``hd`` (spec Sec. 7.4): every valid generated sequence vs. its prompt, before
+    deduplication; it drives :func:`~llome_jax.llome.schedule.temperature_offset`.
+    """
+    d = hamming_distance(inputs, outputs)
+    return float(np.mean(d, dtype=np.float64)) if d.size else float("nan")
+
+
+def frac_unique(sequences: Any) -> float:
+    """Distinct sequences / sequences (``[n, L]``)."""
+    x = np.asarray(sequences)
+    if x.ndim != 2:
+        raise ValueError(f"sequences must be [n, L]; got shape {x.shape}.")
+    return first_occurrences(x).size / x.shape[0] if x.shape[0] else float("nan")
+
+
+def frac_novel(sequences: Any, known: Any) -> float:
+    """Share of ``sequences`` (``[n, L]``) that are not rows of ``known`` (``[m, L]``)."""
+    x, k = np.asarray(sequences), np.asarray(known)
+    if x.ndim != 2 or k.ndim != 2 or (k.shape[0] and k.shape[1] != x.shape[1]):
+        raise ValueError(
+            f"sequences and known must be [n, L] and [m, L]; got {x.shape}, {k.shape}."
+        )
+    if x.shape[0] == 0:
+        return float("nan")
+    if k.shape[0] == 0:
+        return 1.0
+    both = np.ascontiguousarray(np.concatenate([k, x]).astype(np.int64))
+    rows = both.view(np.dtype((np.void, 8 * both.shape[1]))).ravel()
+    seen = set(rows[: k.shape[0]].tolist())
+    return float(np.mean([r not in seen for r in rows[k.shape[0] :].tolist()]))
+
+
+def mean_reward(input_values: Any, output_values: Any) -> float:
+    """Mean margin reward ``max(f(y) - f(x), 0)`` of outputs over their inputs (infeasible = 0)."""
+    r = margin_reward(input_values, output_values)
+    return float(np.mean(r, dtype=np.float64)) if r.size else float("nan")
+
+
+def frac_improved(input_values: Any, output_values: Any) -> float:
+    """Share of outputs strictly better than their input (``f(y) > f(x)``; ``-inf`` infeasible)."""
+    fx = np.asarray(input_values, np.float64)
+    fy = np.asarray(output_values, np.float64)
+    if fx.shape != fy.shape:
+        raise ValueError(f"input_values and output_values must match; got {fx.shape}, {fy.shape}.")
+    fx, fy = np.nan_to_num(fx, nan=-np.inf), np.nan_to_num(fy, nan=-np.inf)
+    return float(np.mean(fy > fx)) if fx.size else float("nan")
+
+
+def generation_metrics(
+    inputs: Any, outputs: Any, input_values: Any, output_values: Any
+) -> dict[str, float | int]:
+    """The LLOME-specific round metrics of a set of valid generations.
+
+    Args:
+      inputs: int ``[n, L]`` the prompt each output was generated from.
+      outputs: int ``[n, L]`` the valid generated sequences (before deduplication).
+      input_values: float ``[n]`` ``f`` of the prompts.
+      output_values: float ``[n]`` ``f`` of the outputs (``-inf`` infeasible).
+
+    Returns:
+      ``{"num_generated", "mean_hamming", "frac_unique", "frac_feasible", "mean_reward",
+      "frac_improved"}`` (the names of the run directory's ``rounds.jsonl`` where they overlap).
+    """
+    a, b = _pair(inputs, outputs)
+    fy = np.asarray(output_values, np.float64)
+    n = b.shape[0]
+    return {
+        "num_generated": int(n),
+        "mean_hamming": mean_hamming_distance(a, b),
+        "frac_unique": frac_unique(b),
+        "frac_feasible": float(np.mean(np.isfinite(fy))) if n else float("nan"),
+        "mean_reward": mean_reward(input_values, output_values),
+        "frac_improved": frac_improved(input_values, output_values),
+    }

@@ -1,0 +1,405 @@
+"""The shared run directory: one layout for every optimizer (GA, LaMBO-2, LLOME).
+
+A run directory holds
+
+* ``config.json`` — the run's configuration (a resume with a different one is refused);
+* ``rounds.jsonl`` — one JSON object per round with the fields ``ROUND_FIELDS``;
+* ``evaluated.csv`` — every labelled sequence: ``round,sequence,value`` (sequence as a quoted
+  comma-separated list, value as a float with ``-inf`` for infeasible);
+* ``regret.png`` — minimum simple regret vs number of oracle evaluations;
+* ``checkpoints/`` — orbax checkpoints (written by the optimizer).
+
+so that results of different optimizers can be compared file for file. Metrics follow the paper
+(Sec. 4.2): ``regret(x) = 1 - f(x)``; ``min_regret`` is over every labelled sequence so far,
+``mean_regret`` over the round's sequences; infeasible sequences have regret 1 (the worst value a
+feasible sequence can have), so averages stay finite.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ROUND_FIELDS",
+    "RunDirectory",
+    "atomic_write_text",
+    "draw_regret_curves",
+    "frac_unique",
+    "mean_hamming_to_nearest",
+    "plot_regret_curves",
+    "regret",
+    "round_metrics",
+    "sequence_from_string",
+    "sequence_to_string",
+]
+
+#: Fields of each ``rounds.jsonl`` record (missing ones are written as null).
+ROUND_FIELDS: tuple[str, ...] = (
+    "round",
+    "num_evaluations",
+    "num_generated",
+    "min_regret",
+    "mean_regret",
+    "frac_feasible",
+    "frac_unique",
+    "mean_hamming",
+    "mean_reward",
+    "train_loss",
+    "temperature_offset",
+    "seconds",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+# ---------------------------------------------------------------------------------------------
+def regret(values: Any) -> np.ndarray:
+    """Simple regret ``1 - f(x)``; infeasible (``-inf``) sequences get regret 1."""
+    values = np.asarray(values, dtype=np.float64)
+    return 1.0 - np.where(np.isfinite(values), values, 0.0)
+
+
+def frac_unique(sequences: Any) -> float:
+    """Fraction of distinct rows of ``[n, L]`` (1.0 for an empty batch)."""
+    sequences = np.asarray(sequences)
+    if len(sequences) == 0:
+        return 1.0
+    return float(len(np.unique(sequences, axis=0)) / len(sequences))
+
+
+def mean_hamming_to_nearest(sequences: Any, reference: Any, block: int = 2048) -> float:
+    """Mean over ``sequences`` of the fractional Hamming distance to the nearest ``reference`` row."""
+    sequences, reference = np.asarray(sequences), np.asarray(reference)
+    if len(sequences) == 0 or len(reference) == 0:
+        return float("nan")
+    best = np.full(len(sequences), np.inf)
+    for start in range(0, len(reference), block):
+        chunk = reference[start : start + block]
+        distance = (sequences[:, None, :] != chunk[None, :, :]).mean(-1)
+        best = np.minimum(best, distance.min(axis=1))
+    return float(best.mean())
+
+
+def round_metrics(
+    round_index: int,
+    new_sequences: Any,
+    new_values: Any,
+    all_values: Any,
+    *,
+    num_generated: int | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The common per-round record.
+
+    Args:
+      round_index: the round number.
+      new_sequences: int ``[m, L]`` the sequences labelled this round.
+      new_values: float ``[m]`` their values.
+      all_values: float ``[N]`` every value labelled so far (this round included);
+        ``num_evaluations = N``.
+      num_generated: candidates generated before filtering (defaults to ``m``).
+      **extra: any other ``ROUND_FIELDS`` (``mean_hamming``, ``train_loss``, ...).
+    """
+    new_values = np.asarray(new_values, dtype=np.float64)
+    all_values = np.asarray(all_values, dtype=np.float64)
+    record: dict[str, Any] = {
+        "round": int(round_index),
+        "num_evaluations": int(all_values.size),
+        "num_generated": int(len(new_values) if num_generated is None else num_generated),
+        "min_regret": float(regret(all_values).min()) if all_values.size else None,
+        "mean_regret": float(regret(new_values).mean()) if new_values.size else None,
+        "frac_feasible": float(np.isfinite(new_values).mean()) if new_values.size else None,
+        "frac_unique": frac_unique(new_sequences),
+    }
+    record.update(extra)
+    return record
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------------------------
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temporary file + rename)."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        pathlib.Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def sequence_to_string(sequence: Iterable[int]) -> str:
+    """``[3, 1, 0]`` -> ``"3,1,0"``."""
+    return ",".join(str(int(token)) for token in sequence)
+
+
+def sequence_from_string(text: str) -> list[int]:
+    """``"3,1,0"`` (or ``"[3, 1, 0]"``) -> ``[3, 1, 0]``."""
+    text = text.strip().strip("[]")
+    return [int(token) for token in text.split(",") if token.strip()]
+
+
+def _normalise(value: Any) -> Any:
+    """JSON round-trip so that tuples, numpy scalars and dataclasses compare equal."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    return json.loads(json.dumps(value, default=_json_default, sort_keys=True))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, pathlib.Path):
+        return str(value)
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def _json_float(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+@dataclasses.dataclass
+class RunDirectory:
+    """A run directory (see the module docstring). Create it with :meth:`create`."""
+
+    path: pathlib.Path
+
+    CONFIG = "config.json"
+    ROUNDS = "rounds.jsonl"
+    EVALUATED = "evaluated.csv"
+    REGRET_PLOT = "regret.png"
+
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike,
+        config: Mapping[str, Any],
+        *,
+        resume: bool = False,
+        mutable_keys: Sequence[str] = ("rounds", "generations", "resume", "out"),
+    ) -> RunDirectory:
+        """Open a run directory.
+
+        Args:
+          path: the directory.
+          config: the run's configuration (JSON-serialisable).
+          resume: continue an existing run. Its ``config.json`` must equal ``config`` except for
+            ``mutable_keys`` (e.g. more rounds); a new run refuses a non-empty directory.
+          mutable_keys: keys that may differ on resume.
+
+        Raises:
+          ValueError: on a configuration mismatch or an existing run without ``resume``; nothing is
+            written in that case.
+        """
+        directory = pathlib.Path(path)
+        config = _normalise(dict(config))
+        config_path = directory / cls.CONFIG
+        if resume:
+            if not config_path.exists():
+                raise ValueError(
+                    f"cannot resume: {config_path} does not exist (start without --resume)."
+                )
+            saved = json.loads(config_path.read_text())
+            differing = sorted(
+                key
+                for key in set(saved) | set(config)
+                if key not in mutable_keys and saved.get(key) != config.get(key)
+            )
+            if differing:
+                details = "; ".join(
+                    f"{k}: saved {saved.get(k)!r} vs now {config.get(k)!r}" for k in differing
+                )
+                raise ValueError(
+                    f"cannot resume {directory}: the configuration differs ({details}). Use the "
+                    "original settings or a new --out directory."
+                )
+        elif config_path.exists() or (directory / cls.ROUNDS).exists():
+            raise ValueError(
+                f"{directory} already holds a run; pass --resume to continue it or choose another --out."
+            )
+        directory.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(config_path, json.dumps(config, indent=1, sort_keys=True) + "\n")
+        return cls(directory)
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def checkpoint_dir(self) -> pathlib.Path:
+        """Where optimizers keep their orbax checkpoints."""
+        return self.path / "checkpoints"
+
+    @property
+    def rounds_path(self) -> pathlib.Path:
+        return self.path / self.ROUNDS
+
+    @property
+    def evaluated_path(self) -> pathlib.Path:
+        return self.path / self.EVALUATED
+
+    def config(self) -> dict[str, Any]:
+        return json.loads((self.path / self.CONFIG).read_text())
+
+    # ------------------------------------------------------------------ logging
+    def log_evaluated(self, round_index: int, sequences: Any, values: Any) -> None:
+        """Append labelled sequences (``[n, L]`` ints, ``[n]`` values) to ``evaluated.csv``."""
+        sequences = np.asarray(sequences)
+        values = np.asarray(values, dtype=np.float64)
+        if sequences.ndim != 2 or len(sequences) != len(values):
+            raise ValueError(f"sequences {sequences.shape} and values {values.shape} do not match.")
+        new_file = not self.evaluated_path.exists()
+        with open(self.evaluated_path, "a", newline="") as stream:
+            writer = csv.writer(stream)
+            if new_file:
+                writer.writerow(["round", "sequence", "value"])
+            for row, value in zip(sequences, values):
+                writer.writerow([int(round_index), sequence_to_string(row), repr(float(value))])
+            stream.flush()
+            os.fsync(stream.fileno())
+
+    def log_round(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """Append one record to ``rounds.jsonl`` (fields in ``ROUND_FIELDS`` order, then extras)."""
+        unknown = [key for key in record if key not in ROUND_FIELDS]
+        ordered = {key: _json_float(record.get(key)) for key in ROUND_FIELDS}
+        ordered.update({key: _json_float(record[key]) for key in unknown})
+        with open(self.rounds_path, "a") as stream:
+            stream.write(json.dumps(_normalise(ordered)) + "\n")
+            stream.flush()
+            os.fsync(stream.fileno())
+        return ordered
+
+    def rollback(self, to_round: int) -> None:
+        """Drop every record of rounds ``> to_round`` (used when resuming from a checkpoint)."""
+        if self.rounds_path.exists():
+            kept = [r for r in self.rounds() if r["round"] <= to_round]
+            atomic_write_text(self.rounds_path, "".join(json.dumps(r) + "\n" for r in kept))
+        if self.evaluated_path.exists():
+            with open(self.evaluated_path, newline="") as stream:
+                rows = list(csv.reader(stream))
+            header, body = rows[0], [r for r in rows[1:] if int(r[0]) <= to_round]
+            lines = [header, *body]
+            with tempfile.NamedTemporaryFile(
+                "w", dir=self.path, delete=False, newline="", prefix=".evaluated."
+            ) as stream:
+                csv.writer(stream).writerows(lines)
+            os.replace(stream.name, self.evaluated_path)
+
+    # ------------------------------------------------------------------ reading
+    def rounds(self) -> list[dict[str, Any]]:
+        """All ``rounds.jsonl`` records."""
+        if not self.rounds_path.exists():
+            return []
+        return [json.loads(line) for line in self.rounds_path.read_text().splitlines() if line]
+
+    def evaluated(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(rounds [n], sequences [n, L], values [n])`` from ``evaluated.csv``."""
+        if not self.evaluated_path.exists():
+            return np.zeros(0, np.int64), np.zeros((0, 0), np.int64), np.zeros(0, np.float64)
+        with open(self.evaluated_path, newline="") as stream:
+            rows = list(csv.reader(stream))[1:]
+        rounds = np.asarray([int(r[0]) for r in rows], np.int64)
+        sequences = np.asarray([sequence_from_string(r[1]) for r in rows], np.int64)
+        values = np.asarray([float(r[2]) for r in rows], np.float64)
+        return rounds, sequences, values
+
+    # ------------------------------------------------------------------ plots
+    def plot_regret(self, label: str | None = None, title: str | None = None) -> pathlib.Path:
+        """Write ``regret.png``: minimum simple regret vs number of evaluations (log x axis)."""
+        _, _, values = self.evaluated()
+        curve = np.minimum.accumulate(regret(values)) if values.size else np.zeros(0)
+        evaluations = np.arange(1, values.size + 1)
+        name = label or self.config().get("optimizer", "run")
+        target = self.path / self.REGRET_PLOT
+        plot_regret_curves(
+            {name: [(evaluations, curve)]}, target, title=title or str(self.path.name)
+        )
+        return target
+
+
+def draw_regret_curves(axis: Any, curves: Mapping[str, Sequence[tuple[Any, Any]]]) -> None:
+    """Draw median and spread (min-max and interquartile bands) over seeds on a matplotlib axis.
+
+    Args:
+      axis: a matplotlib ``Axes``.
+      curves: method name -> list of ``(evaluations [T], min_regret [T])`` per seed; seeds may have
+        different lengths (each curve is a step function that ends where its run ended; the
+        median is drawn while at least half of the seeds are still running).
+    """
+    import warnings
+
+    for name, runs in curves.items():
+        runs = [(np.asarray(x, float), np.asarray(y, float)) for x, y in runs if len(x)]
+        if not runs:
+            continue
+        grid = np.unique(np.concatenate([x for x, _ in runs]))
+        stacked = np.full((len(runs), len(grid)), np.nan)
+        for i, (x, y) in enumerate(runs):
+            index = np.searchsorted(x, grid, side="right") - 1
+            valid = (index >= 0) & (grid <= x[-1])
+            stacked[i, valid] = y[index[valid]]
+        alive = np.sum(~np.isnan(stacked), axis=0) >= max(1, (len(runs) + 1) // 2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            median = np.nanmedian(stacked, axis=0)
+            low, high = np.nanmin(stacked, axis=0), np.nanmax(stacked, axis=0)
+            q25, q75 = np.nanpercentile(stacked, [25, 75], axis=0)
+        (line,) = axis.step(
+            grid[alive], median[alive], where="post", label=f"{name} (n={len(runs)})"
+        )
+        if len(runs) > 1:
+            color = line.get_color()
+            axis.fill_between(
+                grid[alive], low[alive], high[alive], step="post", alpha=0.12, color=color
+            )
+            axis.fill_between(
+                grid[alive], q25[alive], q75[alive], step="post", alpha=0.25, color=color
+            )
+
+
+def plot_regret_curves(
+    curves: Mapping[str, Sequence[tuple[Any, Any]]],
+    path: str | os.PathLike,
+    *,
+    title: str = "",
+    ylabel: str = "min simple regret",
+    xlabel: str = "number of evaluations",
+    log_x: bool = True,
+) -> pathlib.Path:
+    """One regret-vs-evaluations figure (see :func:`draw_regret_curves`) saved as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    draw_regret_curves(axis, curves)
+    if log_x:
+        axis.set_xscale("log")
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.set_ylim(-0.02, 1.02)
+    axis.grid(alpha=0.3)
+    axis.set_title(title)
+    axis.legend(loc="best", fontsize=8)
+    figure.tight_layout()
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    plt.close(figure)
+    return path

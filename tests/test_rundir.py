@@ -1,0 +1,80 @@
+"""The shared run directory and metrics."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from llome_jax import rundir
+
+
+def test_create_resume_and_config_mismatch(tmp_path):
+    config = {"optimizer": "ga", "function": "f2", "rounds": 3, "lr": 1e-3}
+    run = rundir.RunDirectory.create(tmp_path / "r", config)
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["function"] == "f2"
+    with pytest.raises(ValueError, match="already holds a run"):
+        rundir.RunDirectory.create(tmp_path / "r", config)
+    resumed = rundir.RunDirectory.create(tmp_path / "r", {**config, "rounds": 10}, resume=True)
+    assert resumed.path == run.path
+    before = (tmp_path / "r" / "config.json").read_text()
+    with pytest.raises(ValueError, match=r"lr: saved 0\.001 vs now 0\.01"):
+        rundir.RunDirectory.create(tmp_path / "r", {**config, "lr": 1e-2}, resume=True)
+    assert (tmp_path / "r" / "config.json").read_text() == before
+    with pytest.raises(ValueError, match="does not exist"):
+        rundir.RunDirectory.create(tmp_path / "none", config, resume=True)
+
+
+def test_log_read_and_rollback(tmp_path):
+    run = rundir.RunDirectory.create(tmp_path, {"optimizer": "x"})
+    for r in range(3):
+        seqs = np.full((2, 4), r)
+        run.log_evaluated(r, seqs, [0.25 * r, -np.inf])
+        record = run.log_round(
+            {"round": r, "num_evaluations": 2 * (r + 1), "train_loss": float("nan"), "extra": 1}
+        )
+        assert list(record)[: len(rundir.ROUND_FIELDS)] == list(rundir.ROUND_FIELDS)
+    rounds, sequences, values = run.evaluated()
+    np.testing.assert_array_equal(rounds, [0, 0, 1, 1, 2, 2])
+    assert sequences.shape == (6, 4) and values[1] == -np.inf and values[4] == 0.5
+    assert run.rounds()[1]["train_loss"] is None and run.rounds()[2]["extra"] == 1
+    run.rollback(0)
+    assert [r["round"] for r in run.rounds()] == [0]
+    assert len(run.evaluated()[0]) == 2
+    assert run.plot_regret().stat().st_size > 1000
+
+
+def test_metrics_by_hand():
+    np.testing.assert_allclose(rundir.regret([1.0, 0.25, -np.inf]), [0.0, 0.75, 1.0])
+    assert rundir.frac_unique(np.array([[1, 2], [1, 2], [2, 1], [0, 0]])) == 0.75
+    assert (
+        rundir.mean_hamming_to_nearest(
+            np.array([[0, 0, 0, 0]]), np.array([[0, 1, 1, 1], [0, 0, 1, 1]])
+        )
+        == 0.5
+    )
+    record = rundir.round_metrics(
+        2, np.array([[1, 2], [1, 2]]), [0.5, -np.inf], [0.25, 0.5, -np.inf], mean_reward=0.1
+    )
+    assert record == {
+        "round": 2,
+        "num_evaluations": 3,
+        "num_generated": 2,
+        "min_regret": 0.5,
+        "mean_regret": 0.75,
+        "frac_feasible": 0.5,
+        "frac_unique": 0.5,
+        "mean_reward": 0.1,
+    }
+
+
+def test_plot_regret_curves_with_ragged_seeds(tmp_path):
+    curves = {
+        "a": [
+            (np.array([1, 10, 100]), np.array([0.9, 0.5, 0.1])),
+            (np.array([1, 10]), np.array([1.0, 0.0])),
+        ]
+    }
+    path = rundir.plot_regret_curves(curves, tmp_path / "p.png", title="t")
+    assert path.stat().st_size > 1000
