@@ -512,3 +512,10 @@ def test_registry():
         LossBatch.create(5, group_size=2)
     with pytest.raises(ValueError, match="non-negative"):
         LossBatch.create(weight=np.array([1.0, -1.0]))
+
+
+def test_docstring_examples():
+    import doctest
+
+    result = doctest.testmod(losses)
+    assert result.attempted >= 5 and result.failed == 0
