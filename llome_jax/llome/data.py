@@ -197,22 +197,14 @@ class PreferenceTriples:
 # Small shared pieces
 # ---------------------------------------------------------------------------------------------
 def margin_reward(input_value: Any, target_value: Any) -> np.ndarray:
-    """MargE's reward ``r = max(f(y) - f(x), 0)`` with infeasible (``-inf``/NaN) values read as 0.
-
-    Spec Sec. 6.3 (``get_ehrlich_rewards``: inf/NaN scores replaced by 0 before the difference) and
-    paper Sec. 3.3. Numpy twin of ``llome_jax.losses.margin_reward`` (same formula).
-
-    Args:
-      input_value, target_value: broadcastable float arrays (higher is better).
+    """:func:`llome_jax.losses.margin_reward` (``max(f(y) - f(x), 0)``, infeasible read as 0) as numpy.
 
     Returns:
       float32 array, ``>= 0``; ``f(y)`` when ``x`` is infeasible, ``0`` when ``y`` is.
     """
-    fx = np.asarray(input_value, np.float32)
-    fy = np.asarray(target_value, np.float32)
-    fx = np.where(np.isfinite(fx), fx, np.float32(0))
-    fy = np.where(np.isfinite(fy), fy, np.float32(0))
-    return np.maximum(fy - fx, np.float32(0)).astype(np.float32)
+    from llome_jax.losses import margin_reward as _margin_reward
+
+    return np.asarray(_margin_reward(input_value, target_value))
 
 
 def first_occurrences(sequences: Any) -> np.ndarray:
