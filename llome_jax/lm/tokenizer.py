@@ -1,0 +1,563 @@
+"""Tokenizers and the text format of LLOME: Ehrlich sequences <-> prompts/targets <-> token ids.
+
+Text format (paper App. "Algorithms", authors' code, llome_reference.md §5.6)::
+
+    prompt = "<inc> " + json.dumps(x) + "\\n"       e.g. "<inc> [3, 1, 5]\\n"
+    target =            json.dumps(y)               e.g. "[3, 1, 6]"
+
+``json.dumps``' default ``", "`` separators, no BOS/EOS (SFT/MargE; DPO may append EOS). The model
+is prompted with ``prompt`` and its output is read up to and including the first ``]`` *token*
+(§7.5), parsed as JSON and validated (a list of ``L`` integers in ``[0, v)``).
+
+Two tokenizers are supported, both as :class:`transformers.PreTrainedTokenizerFast`:
+
+* :func:`make_ehrlich_tokenizer`: a small word-level vocabulary built with ``tokenizers``::
+
+      0 <pad>  1 <eos>  2 <unk>  3 <inc>  4 [  5 ]  6 ,  7 \\n  8.. "0" .. "v-1"
+
+  Whitespace other than ``"\\n"`` only separates words. A prompt is ``2L + 3`` tokens
+  (``<inc> [ x0 , x1 , ... ] \\n``), a target ``2L + 1``. ``tokenizer.decode`` joins tokens with
+  spaces (``"[ 3 , 1 ]"``), which is the same JSON.
+* :func:`load_tokenizer`: any ``tokenizer.json`` in a local directory (e.g. Pythia's GPT-NeoX BPE),
+  read offline.
+
+:class:`SequenceCodec` converts between integer arrays and token ids: a vectorised numpy path for
+the Ehrlich tokenizer (no Python per sequence, ~122,000 generations per LLOME round) and a text
+path (format -> tokenize; detokenize -> :func:`parse_sequence`) for any other tokenizer. On the
+Ehrlich tokenizer both paths give identical results (tested).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, NamedTuple
+
+import numpy as np
+import transformers
+from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+__all__ = [
+    "EHRLICH_SPECIAL_TOKENS",
+    "INVALID_JSON",
+    "INVALID_LENGTH",
+    "INVALID_NOT_INTEGER",
+    "INVALID_NOT_LIST",
+    "INVALID_RANGE",
+    "INVALID_TOKEN",
+    "PROMPT_TAG",
+    "ParsedSequence",
+    "SequenceCodec",
+    "format_prompt",
+    "format_target",
+    "load_tokenizer",
+    "make_ehrlich_tokenizer",
+    "parse_sequence",
+]
+
+#: The control code opening every prompt ("increase": propose a better sequence).
+PROMPT_TAG = "<inc>"
+#: Special tokens of the Ehrlich tokenizer, in id order.
+EHRLICH_SPECIAL_TOKENS = ("<pad>", "<eos>", "<unk>")
+_STRUCTURE_TOKENS = (PROMPT_TAG, "[", "]", ",", "\n")
+
+# Error classes of parse_sequence (the prefix of its error string).
+INVALID_JSON = "invalid JSON"
+INVALID_NOT_LIST = "not a list"
+INVALID_NOT_INTEGER = "non-integer element"
+INVALID_LENGTH = "wrong length"
+INVALID_RANGE = "value out of range"
+#: A generated token id outside the tokenizer's vocabulary (e.g. Pythia's padded vocab rows).
+INVALID_TOKEN = "token id outside the vocabulary"
+
+
+# ---------------------------------------------------------------------------------------------
+# Text format and parsing
+# ---------------------------------------------------------------------------------------------
+def _as_int_list(sequence: Any) -> list[int]:
+    arr = np.asarray(sequence)
+    if arr.ndim != 1:
+        raise ValueError(f"sequence must be 1-D [L]; got shape {arr.shape}.")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"sequence must hold integers; got dtype {arr.dtype}.")
+    return [int(v) for v in arr.tolist()]
+
+
+def format_target(sequence: Any) -> str:
+    """``json.dumps(list(sequence))``: ``"[3, 1, 5]"`` (reference §5.6).
+
+    Example:
+      >>> format_target([3, 1, 5])
+      '[3, 1, 5]'
+    """
+    return json.dumps(_as_int_list(sequence))
+
+
+def format_prompt(sequence: Any) -> str:
+    """``"<inc> " + json.dumps(list(sequence)) + "\\n"`` (reference §5.6).
+
+    Example:
+      >>> format_prompt([3, 1, 5])
+      '<inc> [3, 1, 5]\\n'
+    """
+    return f"{PROMPT_TAG} {format_target(sequence)}\n"
+
+
+class ParsedSequence(NamedTuple):
+    """Result of :func:`parse_sequence`: exactly one of the fields is ``None``.
+
+    Attributes:
+      sequence: int32 ``[L]`` when valid.
+      error: the reason it is invalid; starts with one of the ``INVALID_*`` constants.
+    """
+
+    sequence: np.ndarray | None
+    error: str | None
+
+
+def parse_sequence(text: str, length: int, num_states: int) -> ParsedSequence:
+    """Parse generated text into an Ehrlich sequence, validating it (reference §7.5).
+
+    Valid iff ``json.loads(text)`` succeeds, gives a list, every element ``e`` is a number with
+    ``int(e) == e`` (so ``3.0`` is accepted, as the reference; ``true`` is rejected, unlike the
+    reference's ``int(True) == True``), the list has ``length`` elements and every value lies in
+    ``[0, num_states)``. Never raises on bad text.
+
+    Args:
+      text: the decoded output (already truncated at the first ``]`` token).
+      length: ``L``.
+      num_states: ``v``.
+
+    Returns:
+      :class:`ParsedSequence`.
+
+    Example:
+      >>> parse_sequence("[1, 0, 2.0]", 3, 4).sequence.tolist()
+      [1, 0, 2]
+      >>> parse_sequence("[1, 0]", 3, 4).error
+      'wrong length: 2 elements, expected 3'
+    """
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        return ParsedSequence(None, f"{INVALID_JSON}: {exc}")
+    if not isinstance(value, list):
+        return ParsedSequence(None, f"{INVALID_NOT_LIST}: got {type(value).__name__}")
+    out = np.empty(len(value), np.int64)
+    for i, e in enumerate(value):
+        ok = isinstance(e, int | float) and not isinstance(e, bool)
+        if ok and isinstance(e, float):
+            ok = math.isfinite(e) and e == int(e)
+        if not ok:
+            return ParsedSequence(None, f"{INVALID_NOT_INTEGER}: element {i} is {e!r}")
+        out[i] = int(e) if abs(e) < 2**62 else -1  # huge values are out of range anyway
+    if len(value) != length:
+        return ParsedSequence(None, f"{INVALID_LENGTH}: {len(value)} elements, expected {length}")
+    bad = np.flatnonzero((out < 0) | (out >= num_states))
+    if bad.size:
+        i = int(bad[0])
+        return ParsedSequence(
+            None, f"{INVALID_RANGE}: element {i} is {value[i]!r}, not in [0, {num_states})"
+        )
+    return ParsedSequence(out.astype(np.int32), None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizers
+# ---------------------------------------------------------------------------------------------
+def make_ehrlich_tokenizer(num_states: int) -> transformers.PreTrainedTokenizerFast:
+    """The Ehrlich tokenizer for states ``0 .. num_states - 1`` (module docstring for the layout).
+
+    Built with ``tokenizers`` (WordLevel model; pre-tokenizer isolating ``[ ] , \\n`` and dropping
+    other whitespace), wrapped as a ``PreTrainedTokenizerFast`` with ``pad_token="<pad>"``,
+    ``eos_token="<eos>"``, ``unk_token="<unk>"``. ``save_pretrained(dir)`` / :func:`load_tokenizer`
+    round-trip it offline.
+
+    Example:
+      >>> tok = make_ehrlich_tokenizer(8)
+      >>> tok("<inc> [3, 1]\\n")["input_ids"]
+      [3, 4, 11, 6, 9, 5, 7]
+    """
+    if (
+        isinstance(num_states, bool)
+        or not isinstance(num_states, int | np.integer)
+        or num_states < 1
+    ):
+        raise ValueError(f"num_states must be a positive integer; got {num_states!r}.")
+    words = [*EHRLICH_SPECIAL_TOKENS, *_STRUCTURE_TOKENS, *(str(s) for s in range(num_states))]
+    vocab = {w: i for i, w in enumerate(words)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"[\[\],\n]"), "isolated"),
+            pre_tokenizers.Split(Regex(r"[^\S\n]+"), "removed"),
+        ]
+    )
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        unk_token="<unk>",
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def load_tokenizer(path: str | os.PathLike) -> transformers.PreTrainedTokenizerFast:
+    """Load a tokenizer from a local directory (or a ``tokenizer.json`` file), never downloading.
+
+    Works for a saved Ehrlich tokenizer and for a real Pythia (GPT-NeoX) tokenizer directory. When
+    the tokenizer has no pad token, the EOS token is used (Pythia: ``<|endoftext|>`` = 0, as the
+    authors' code).
+
+    Raises:
+      FileNotFoundError: no ``tokenizer.json`` at ``path``.
+      ValueError: the file is not a readable tokenizer.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        file = os.path.join(path, "tokenizer.json")
+    else:
+        file = path
+    if not os.path.isfile(file):
+        raise FileNotFoundError(
+            f"no tokenizer.json at {path!r}: pass a local directory holding tokenizer.json "
+            "(e.g. a Pythia checkpoint directory, or one written by save_pretrained); nothing is "
+            "downloaded."
+        )
+    try:
+        if os.path.isdir(path):
+            tok = transformers.PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
+        else:
+            tok = transformers.PreTrainedTokenizerFast(tokenizer_file=file)
+    except Exception as exc:  # tokenizers raises plain Exceptions on malformed JSON
+        raise ValueError(f"could not read the tokenizer at {file!r}: {exc}") from exc
+    if tok.eos_token is None and "<|endoftext|>" in tok.get_vocab():
+        tok.eos_token = "<|endoftext|>"
+    if tok.pad_token is None and tok.eos_token is not None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+# ---------------------------------------------------------------------------------------------
+# Codec
+# ---------------------------------------------------------------------------------------------
+def _single_token(tokenizer: Any, text: str) -> int:
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        raise ValueError(f"the tokenizer must encode {text!r} as one token; got ids {ids}.")
+    return int(ids[0])
+
+
+def _is_word_level(tokenizer: Any) -> bool:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return False
+    try:
+        return json.loads(backend.to_str())["model"]["type"] == "WordLevel"
+    except (KeyError, ValueError, TypeError):
+        return False
+
+
+class SequenceCodec:
+    """Ehrlich sequences <-> token ids for prompting, training and reading generations.
+
+    Args:
+      tokenizer: a ``PreTrainedTokenizerFast`` (:func:`make_ehrlich_tokenizer` or
+        :func:`load_tokenizer`).
+      num_states: ``v``.
+      length: ``L``.
+      max_new_tokens: generation budget; default ``2L + 1`` (exactly a target) on the Ehrlich
+        tokenizer, the longest canonical target plus 8 otherwise (the reference used 512; longer
+        outputs than a canonical target are never valid unless they contain whitespace).
+      fast: force (``True``) or forbid (``False``) the vectorised path; default: used when the
+        tokenizer is a word-level tokenizer with the Ehrlich vocabulary and a probe prompt
+        encodes identically on both paths.
+
+    Attributes:
+      vocab_size: ``len(tokenizer)``.
+      pad_token_id: the pad id (EOS if the tokenizer has no pad token).
+      eos_token_id: the EOS id (``None`` if none).
+      rbracket_id: the id of the ``]`` token: generation stops there and the output is cut there.
+      stop_token_ids: ``(rbracket_id, eos_token_id)`` (without duplicates / ``None``).
+      max_new_tokens: see above.
+      fast: whether the vectorised path is used.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        num_states: int,
+        length: int,
+        *,
+        max_new_tokens: int | None = None,
+        fast: bool | None = None,
+    ) -> None:
+        if num_states < 1 or length < 1:
+            raise ValueError(f"num_states and length must be >= 1; got {num_states}, {length}.")
+        self.tokenizer = tokenizer
+        self.num_states = int(num_states)
+        self.length = int(length)
+        self.vocab_size = len(tokenizer)
+        self.eos_token_id = tokenizer.eos_token_id
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = int(pad if pad is not None else (self.eos_token_id or 0))
+        self.rbracket_id = _single_token(tokenizer, "]")
+        stops = [self.rbracket_id]
+        if self.eos_token_id is not None and self.eos_token_id != self.rbracket_id:
+            stops.append(int(self.eos_token_id))
+        self.stop_token_ids: tuple[int, ...] = tuple(stops)
+
+        self.fast = False
+        if fast is not False:
+            self.fast = self._setup_fast()
+            if fast and not self.fast:
+                raise ValueError(
+                    "fast=True needs a word-level tokenizer with the Ehrlich vocabulary "
+                    f"(make_ehrlich_tokenizer(num_states>={num_states}))."
+                )
+        if max_new_tokens is None:
+            if self.fast:
+                max_new_tokens = 2 * self.length + 1
+            else:
+                worst = max(
+                    len(self._encode_text([format_target([s] * self.length)])[0])
+                    for s in range(self.num_states)
+                )
+                max_new_tokens = worst + 8
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1; got {max_new_tokens}.")
+        self.max_new_tokens = int(max_new_tokens)
+
+    # -- setup -------------------------------------------------------------------------------
+    def _setup_fast(self) -> bool:
+        vocab = self.tokenizer.get_vocab()
+        needed = [*_STRUCTURE_TOKENS, *(str(s) for s in range(self.num_states))]
+        if not _is_word_level(self.tokenizer) or any(w not in vocab for w in needed):
+            return False
+        self._ids = {w: int(vocab[w]) for w in _STRUCTURE_TOKENS}
+        self._state_ids = np.array([vocab[str(s)] for s in range(self.num_states)], np.int32)
+        # id -> state value (or -1) for every id of the vocabulary, including numbers >= v.
+        table = np.full(self.vocab_size, -1, np.int64)
+        for word, i in vocab.items():
+            if word.isdigit() and word == str(int(word)) and 0 <= i < self.vocab_size:
+                table[i] = int(word)
+        self._id_to_state = table
+        probe = (np.arange(self.length) * 7 + 3) % self.num_states
+        fast_ids = self._fast_prompt_ids(probe[None])[0]
+        text_ids = np.asarray(self._encode_text([format_prompt(probe)])[0])
+        return bool(np.array_equal(fast_ids, text_ids))
+
+    def _encode_text(self, texts: list[str]) -> list[list[int]]:
+        return self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+    def _check_x(self, x: Any, what: str) -> np.ndarray:
+        arr = np.asarray(x)
+        if arr.ndim != 2 or arr.shape[1] != self.length:
+            raise ValueError(f"{what} must be [B, {self.length}]; got shape {arr.shape}.")
+        if arr.size and not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"{what} must hold integer states; got dtype {arr.dtype}.")
+        if arr.size and (arr.min() < 0 or arr.max() >= self.num_states):
+            raise ValueError(
+                f"{what} values must lie in [0, {self.num_states}); got [{arr.min()}, {arr.max()}]."
+            )
+        return arr.astype(np.int64)
+
+    # -- fast path ---------------------------------------------------------------------------
+    def _fast_list_ids(self, x: np.ndarray) -> np.ndarray:
+        """``[ x0 , x1 , ... ]`` as ids ``[B, 2L + 1]``."""
+        b, n = x.shape
+        out = np.full((b, 2 * n + 1), self._ids[","], np.int32)
+        out[:, 0] = self._ids["["]
+        out[:, -1] = self._ids["]"]
+        out[:, 1 : 2 * n : 2] = self._state_ids[x]
+        return out
+
+    def _fast_prompt_ids(self, x: np.ndarray) -> np.ndarray:
+        b = x.shape[0]
+        tag = np.full((b, 1), self._ids[PROMPT_TAG], np.int32)
+        nl = np.full((b, 1), self._ids["\n"], np.int32)
+        return np.concatenate([tag, self._fast_list_ids(x), nl], axis=1)
+
+    def _fast_decode(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        b, n = tokens.shape
+        m = 2 * self.length + 1
+        if n < m:  # too short to hold a list of L numbers: pad (never valid)
+            tokens = np.concatenate([tokens, np.full((b, m - n), -1, tokens.dtype)], axis=1)
+            n = m
+        keep = self.keep_mask(tokens)
+        # JSON ignores whitespace: drop "\n" tokens, then match [ d , d , ... , d ] exactly.
+        real = keep & (tokens != self._ids["\n"])
+        count = real.sum(axis=1)
+        order = np.argsort(~real, axis=1, kind="stable")[:, :m]
+        c = np.take_along_axis(tokens, order, axis=1)
+        in_vocab = (c >= 0) & (c < self.vocab_size)
+        states = np.where(in_vocab, self._id_to_state[np.clip(c, 0, self.vocab_size - 1)], -1)
+        nums = states[:, 1:m:2]
+        valid = (
+            (count == m)
+            & (c[:, 0] == self._ids["["])
+            & (c[:, m - 1] == self._ids["]"])
+            & np.all(c[:, 2 : m - 1 : 2] == self._ids[","], axis=1)
+            & np.all((nums >= 0) & (nums < self.num_states), axis=1)
+        )
+        seqs = np.where(valid[:, None], nums, 0).astype(np.int32)
+        return seqs, valid
+
+    # -- public API --------------------------------------------------------------------------
+    def encode_prompts(self, x: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Prompts ``"<inc> [x]\\n"`` as left-padded ids and mask.
+
+        Args:
+          x: int ``[B, L]``.
+
+        Returns:
+          ``(ids int32 [B, P], mask int32 [B, P])`` with ``mask = 1`` on real tokens; padding
+          (``pad_token_id``) on the left. Ehrlich tokenizer: ``P = 2L + 3``, no padding.
+        """
+        x = self._check_x(x, "x")
+        if self.fast:
+            ids = self._fast_prompt_ids(x)
+            return ids, np.ones_like(ids)
+        rows = self._encode_text([format_prompt(r) for r in x])
+        width = max((len(r) for r in rows), default=0)
+        ids = np.full((len(rows), width), self.pad_token_id, np.int32)
+        mask = np.zeros((len(rows), width), np.int32)
+        for i, r in enumerate(rows):
+            if r:
+                ids[i, width - len(r) :] = r
+                mask[i, width - len(r) :] = 1
+        return ids, mask
+
+    def encode_pairs(
+        self, x: Any, y: Any, *, append_eos: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Training sequences ``prompt(x) + target(y)``, right-padded.
+
+        The target mask covers the target tokens (and the EOS with ``append_eos``; the reference
+        appends none for SFT/MargE, TRL's DPO appends one). Text path: ``prompt + target`` is
+        tokenized jointly and the boundary is ``len(tok(prompt))``, moved one token left if the
+        last prompt token merged across it (the authors' MargE ``tokenize_row``).
+
+        Args:
+          x: int ``[B, L]`` inputs (the worse sequence).
+          y: int ``[B, L]`` targets (the better sequence).
+          append_eos: append ``eos_token_id`` to each target.
+
+        Returns:
+          ``(ids int32 [B, T], target_mask int32 [B, T], attention_mask int32 [B, T])``.
+          Ehrlich tokenizer: ``T = 4L + 4 (+1)``, no padding.
+        """
+        x = self._check_x(x, "x")
+        y = self._check_x(y, "y")
+        if x.shape != y.shape:
+            raise ValueError(f"x and y must have the same shape; got {x.shape}, {y.shape}.")
+        if append_eos and self.eos_token_id is None:
+            raise ValueError("append_eos=True but the tokenizer has no EOS token.")
+        eos = [] if not append_eos else [int(self.eos_token_id)]
+        if self.fast:
+            prompt = self._fast_prompt_ids(x)
+            target = self._fast_list_ids(y)
+            if eos:
+                target = np.concatenate([target, np.full((len(y), 1), eos[0], np.int32)], 1)
+            ids = np.concatenate([prompt, target], axis=1)
+            tmask = np.zeros_like(ids)
+            tmask[:, prompt.shape[1] :] = 1
+            return ids, tmask, np.ones_like(ids)
+        prompts = [format_prompt(r) for r in x]
+        joint = self._encode_text([p + format_target(t) for p, t in zip(prompts, y)])
+        alone = self._encode_text(prompts)
+        width = max((len(j) + len(eos) for j in joint), default=0)
+        ids = np.full((len(joint), width), self.pad_token_id, np.int32)
+        tmask = np.zeros((len(joint), width), np.int32)
+        amask = np.zeros((len(joint), width), np.int32)
+        for i, (j, p) in enumerate(zip(joint, alone)):
+            row = j + eos
+            start = len(p) if j[: len(p)] == p else len(p) - 1
+            ids[i, : len(row)] = row
+            amask[i, : len(row)] = 1
+            tmask[i, start : len(row)] = 1
+        return ids, tmask, amask
+
+    def keep_mask(self, tokens: Any) -> np.ndarray:
+        """Which generated tokens form the output: up to and including the first ``]`` token.
+
+        Rows without a ``]`` token keep everything up to and including their first stop token
+        (EOS), or all tokens (the reference decodes all 512 then). The mean log-likelihood of an
+        output is taken over these tokens.
+
+        Args:
+          tokens: int ``[B, N]`` generated ids (after the prompt).
+
+        Returns:
+          bool ``[B, N]``.
+        """
+        t = np.asarray(tokens)
+        n = t.shape[1]
+        pos = np.arange(n)
+        rb = t == self.rbracket_id
+        stop = np.isin(t, self.stop_token_ids)
+        end = np.where(
+            rb.any(axis=1),
+            rb.argmax(axis=1),
+            np.where(stop.any(axis=1), stop.argmax(axis=1), n - 1),
+        )
+        return pos[None, :] <= end[:, None]
+
+    def decode(self, tokens: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Generated ids -> sequences and validity (reference §7.5).
+
+        The output is cut after the first ``]`` token (:meth:`keep_mask`), decoded without
+        skipping special tokens and validated by :func:`parse_sequence`. The Ehrlich tokenizer's
+        vectorised path implements the same rule on ids: after dropping ``"\\n"`` tokens (JSON
+        whitespace) the kept tokens must be exactly ``[ d , d , ... , d ]`` with ``L`` numbers
+        ``< v``.
+
+        Args:
+          tokens: int ``[B, N]``.
+
+        Returns:
+          ``(sequences int32 [B, L], valid bool [B])``; invalid rows hold zeros.
+        """
+        t = np.asarray(tokens)
+        if t.ndim != 2:
+            raise ValueError(f"tokens must be [B, N]; got shape {t.shape}.")
+        t = t.astype(np.int64)
+        if self.fast:
+            return self._fast_decode(t)
+        seqs = np.zeros((t.shape[0], self.length), np.int32)
+        valid = np.zeros(t.shape[0], bool)
+        for i, err in enumerate(self.decode_errors(t, _out=seqs)):
+            valid[i] = err is None
+        return seqs, valid
+
+    def decode_errors(self, tokens: Any, *, _out: np.ndarray | None = None) -> list[str | None]:
+        """The text path's reason for each row being invalid (``None`` = valid), for diagnostics.
+
+        Args:
+          tokens: int ``[B, N]``.
+
+        Returns:
+          ``B`` strings starting with an ``INVALID_*`` constant, or ``None``.
+        """
+        t = np.asarray(tokens).astype(np.int64)
+        keep = self.keep_mask(t)
+        errors: list[str | None] = []
+        rows, texts = [], []
+        for i in range(t.shape[0]):
+            row = t[i][keep[i]]
+            if row.size and (row.min() < 0 or row.max() >= self.vocab_size):
+                errors.append(f"{INVALID_TOKEN}: {row[(row < 0) | (row >= self.vocab_size)][0]}")
+                continue
+            errors.append(None)
+            rows.append(i)
+            texts.append(row.tolist())
+        decoded = self.tokenizer.batch_decode(
+            texts, skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
+        for i, text in zip(rows, decoded):
+            parsed = parse_sequence(text, self.length, self.num_states)
+            errors[i] = parsed.error
+            if parsed.error is None and _out is not None:
+                _out[i] = parsed.sequence
+        return errors
