@@ -1,0 +1,281 @@
+"""Batched KV-cache decoding under ``jit``: greedy, temperature and top-k sampling.
+
+Semantics follow HF ``generate`` as the LLOME reference used it (llome_reference.md §7):
+
+* Prompts are **left-padded** with a 0/1 mask; rotary positions are ``cumsum(mask) - 1`` for the
+  prompt and continue from the number of real prompt tokens (HF's ``position_ids`` for
+  ``attention_mask`` inputs), padding keys are never attended to.
+* Per step, for raw next-token logits ``z`` (ids ``>= vocab_limit`` set to ``-inf``):
+  greedy rows (``temperature <= 0``) take ``argmax z``; sampling rows scale ``z / T`` then keep
+  the logits ``>=`` the ``top_k``-th largest (HF ``TopKLogitsWarper``: ties at the threshold are
+  kept) and draw from the softmax.
+* ``logprobs`` = log-softmax of the **processed** logits (``z / T`` after top-k) at the chosen
+  token, HF's ``compute_transition_scores(normalize_logits=True)`` on ``output.scores`` (for
+  greedy rows, the raw distribution); ``logprobs_raw`` = log-softmax of ``z`` at the chosen token.
+* After a row emits a stop token it emits ``pad_token_id`` (log-probs 0); ``lengths`` counts the
+  generated tokens including the stop token; decoding ends early once every row has stopped.
+
+Implementation: one jitted function per ``(model graph, SampleConfig, shapes)``. The prompt is
+run once through the model writing a KV cache with ``P + max_new_tokens`` slots
+(:meth:`Pythia.hidden`); the head is applied to the last position only. Then a
+``lax.while_loop`` samples one token and runs one cached step per iteration (``T = 1`` query
+against all slots, the new key/value written in place with ``dynamic_update_slice``). With
+``mesh`` the batch is split over the mesh's ``"data"`` axis and the parameters replicated;
+sampling keys are ``fold_in(key, step)`` and random bits are sharding-invariant, so the sharded
+result equals the single-device one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh
+
+from llome_jax import parallel
+from llome_jax.lm.pythia import attention_mask_for
+
+__all__ = ["Generation", "SampleConfig", "generate", "process_logits"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleConfig:
+    """Static decoding settings (hashable: one compilation per distinct config and shape).
+
+    Attributes:
+      max_new_tokens: tokens generated per row at most (the fixed loop length).
+      top_k: keep the ``top_k`` largest logits when sampling (HF default 50); ``None`` = all.
+      stop_token_ids: a row stops after emitting any of these (e.g. ``]`` and EOS).
+      pad_token_id: emitted after the stop token.
+      vocab_limit: ids ``>= vocab_limit`` are never produced (the padded rows of a checkpoint's
+        embedding, e.g. 50277 for Pythia's 50304-row head); ``None`` = every id allowed.
+    """
+
+    max_new_tokens: int
+    top_k: int | None = 50
+    stop_token_ids: tuple[int, ...] = ()
+    pad_token_id: int = 0
+    vocab_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"top_k must be >= 1 or None, got {self.top_k}")
+        if self.vocab_limit is not None and self.vocab_limit < 1:
+            raise ValueError(f"vocab_limit must be >= 1 or None, got {self.vocab_limit}")
+        if not isinstance(self.stop_token_ids, tuple):
+            raise ValueError("stop_token_ids must be a tuple of ints (hashable)")
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["tokens", "logprobs", "logprobs_raw", "lengths", "stopped"],
+    meta_fields=[],
+)
+@dataclasses.dataclass(frozen=True)
+class Generation:
+    """Decoded tokens and their log-probabilities.
+
+    Attributes:
+      tokens: int32 ``[B, N]``; ``pad_token_id`` after the stop token.
+      logprobs: f32 ``[B, N]`` log-softmax of the processed logits (temperature, top-k) at the
+        chosen token; greedy rows: raw. 0 after the stop token.
+      logprobs_raw: f32 ``[B, N]`` log-softmax of the raw logits at the chosen token.
+      lengths: int32 ``[B]`` generated tokens including the stop token.
+      stopped: bool ``[B]`` whether a stop token was produced.
+    """
+
+    tokens: jax.Array
+    logprobs: jax.Array
+    logprobs_raw: jax.Array
+    lengths: jax.Array
+    stopped: jax.Array
+
+
+def process_logits(
+    logits: jax.Array, temperature: jax.Array, top_k: int | None, vocab_limit: int | None = None
+) -> tuple[jax.Array, jax.Array]:
+    """``(raw, processed)`` float32 logits ``[B, V]`` for per-row ``temperature [B]``.
+
+    ``raw`` has ids ``>= vocab_limit`` at ``-inf``; ``processed = raw / T`` with everything
+    below the ``top_k``-th largest value at ``-inf`` (greedy rows, ``T <= 0``, use ``T = 1``).
+    """
+    raw = logits.astype(jnp.float32)
+    v = raw.shape[-1]
+    if vocab_limit is not None and vocab_limit < v:
+        raw = jnp.where(jnp.arange(v) < vocab_limit, raw, -jnp.inf)
+    t = jnp.where(temperature > 0, temperature, 1.0).astype(jnp.float32)
+    scaled = raw / t[:, None]
+    if top_k is not None and top_k < v:
+        kth = jax.lax.top_k(scaled, top_k)[0][:, -1:]
+        scaled = jnp.where(scaled < kth, -jnp.inf, scaled)
+    return raw, scaled
+
+
+def _pick(values: jax.Array, index: jax.Array) -> jax.Array:
+    return jnp.take_along_axis(values, index[:, None], axis=-1)[:, 0]
+
+
+def _generate_core(
+    graphdef: nnx.GraphDef,
+    state: nnx.State,
+    key: jax.Array,
+    prompt_ids: jax.Array,
+    prompt_mask: jax.Array,
+    temperature: jax.Array,
+    config: SampleConfig,
+) -> Generation:
+    model = nnx.merge(graphdef, state)
+    b, p = prompt_ids.shape
+    n = config.max_new_tokens
+    slots = p + n
+    prompt_mask = prompt_mask.astype(jnp.int32)
+    slot_valid = jnp.concatenate([prompt_mask, jnp.ones((b, n), jnp.int32)], axis=1)
+    positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=1) - 1, 0)
+    num_real = jnp.sum(prompt_mask, axis=1)
+    cache = model.init_cache(b, slots)
+    mask = attention_mask_for(slot_valid, jnp.arange(p))
+    h, cache = model.hidden(prompt_ids, mask, positions, cache, 0)
+    logits = model.logits(h[:, -1])
+    greedy = temperature <= 0
+    stop_ids = jnp.asarray(config.stop_token_ids or (-1,), jnp.int32)
+
+    tokens = jnp.full((b, n), config.pad_token_id, jnp.int32)
+    zeros = jnp.zeros((b, n), jnp.float32)
+    init = (
+        jnp.zeros((), jnp.int32),
+        logits,
+        cache,
+        tokens,
+        zeros,
+        zeros,
+        jnp.zeros((b,), bool),
+        jnp.zeros((b,), jnp.int32),
+    )
+
+    def cond(carry: tuple[Any, ...]) -> jax.Array:
+        i, *_, done, _ = carry
+        return (i < n) & ~jnp.all(done)
+
+    def body(carry: tuple[Any, ...]) -> tuple[Any, ...]:
+        i, logits, cache, tokens, lp, lp_raw, done, lengths = carry
+        raw, processed = process_logits(logits, temperature, config.top_k, config.vocab_limit)
+        sampled = jax.random.categorical(jax.random.fold_in(key, i), processed, axis=-1)
+        token = jnp.where(greedy, jnp.argmax(raw, axis=-1), sampled).astype(jnp.int32)
+        logp_raw = _pick(jax.nn.log_softmax(raw, axis=-1), token)
+        logp = jnp.where(greedy, logp_raw, _pick(jax.nn.log_softmax(processed, axis=-1), token))
+        token = jnp.where(done, config.pad_token_id, token)
+        tokens = tokens.at[:, i].set(token)
+        lp = lp.at[:, i].set(jnp.where(done, 0.0, logp))
+        lp_raw = lp_raw.at[:, i].set(jnp.where(done, 0.0, logp_raw))
+        lengths = lengths + (~done).astype(jnp.int32)
+        done = done | jnp.any(token[:, None] == stop_ids[None, :], axis=-1)
+        step_mask = attention_mask_for(slot_valid, (p + i)[None])
+        h, cache = model.hidden(token[:, None], step_mask, (num_real + i)[:, None], cache, p + i)
+        return i + 1, model.logits(h[:, 0]), cache, tokens, lp, lp_raw, done, lengths
+
+    _, _, _, tokens, lp, lp_raw, done, lengths = jax.lax.while_loop(cond, body, init)
+    return Generation(tokens, lp, lp_raw, lengths, done)
+
+
+_jitted_core = jax.jit(_generate_core, static_argnames=("graphdef", "config"))
+
+
+@functools.lru_cache(maxsize=16)
+def _sharded_core(mesh: Mesh) -> Any:
+    repl = parallel.replicated_sharding(mesh)
+    data = parallel.batch_sharding(mesh)
+    return jax.jit(
+        _generate_core,
+        static_argnames=("graphdef", "config"),
+        in_shardings=(repl, repl, data, data, data),
+        out_shardings=data,
+    )
+
+
+def _validate(
+    model: Any, prompt_ids: Any, prompt_mask: Any, config: SampleConfig, temperature: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if not isinstance(config, SampleConfig):
+        raise ValueError(f"config must be a SampleConfig, got {type(config).__name__}")
+    ids = np.asarray(prompt_ids)
+    mask = np.asarray(prompt_mask)
+    if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"prompt_ids must be an int [B, P] array, got {ids.dtype}{ids.shape}")
+    if mask.shape != ids.shape:
+        raise ValueError(f"prompt_mask must have shape {ids.shape}, got {mask.shape}")
+    if not np.isin(mask, (0, 1)).all():
+        raise ValueError("prompt_mask must contain only 0/1")
+    if ids.shape[0] == 0 or ids.shape[1] == 0:
+        raise ValueError(f"empty prompt batch {ids.shape}")
+    if (mask.sum(axis=1) == 0).any():
+        raise ValueError("every prompt needs at least one real token (a row of prompt_mask is 0)")
+    if (np.diff(mask.astype(np.int8), axis=1) < 0).any():
+        raise ValueError("prompts must be LEFT-padded: prompt_mask rows must look like 0..0 1..1")
+    vocab = model.config.vocab_size
+    real = ids[mask > 0]
+    if real.size and (real.min() < 0 or real.max() >= vocab):
+        raise ValueError(f"prompt token ids must be in [0, {vocab})")
+    max_pos = model.config.max_position_embeddings
+    if ids.shape[1] + config.max_new_tokens > max_pos:
+        raise ValueError(
+            f"prompt length {ids.shape[1]} + max_new_tokens {config.max_new_tokens} exceeds "
+            f"max_position_embeddings={max_pos}"
+        )
+    if config.vocab_limit is not None and config.vocab_limit > vocab:
+        raise ValueError(f"vocab_limit {config.vocab_limit} exceeds the model's vocab {vocab}")
+    for token in (*config.stop_token_ids, config.pad_token_id):
+        if not 0 <= token < vocab:
+            raise ValueError(f"stop/pad token id {token} outside the vocabulary [0, {vocab})")
+    temp = np.asarray(temperature, np.float32)
+    if temp.ndim == 0:
+        temp = np.full((ids.shape[0],), temp, np.float32)
+    if temp.shape != (ids.shape[0],):
+        raise ValueError(f"temperature must be a scalar or shape ({ids.shape[0]},), got {temp.shape}")
+    if not np.isfinite(temp).all():
+        raise ValueError("temperature must be finite (<= 0 means greedy)")
+    return ids.astype(np.int32), mask.astype(np.int32), temp
+
+
+def generate(
+    key: jax.Array,
+    model: nnx.Module,
+    prompt_ids: Any,
+    prompt_mask: Any,
+    config: SampleConfig,
+    temperature: float | jax.Array = 1.0,
+    mesh: Mesh | None = None,
+) -> Generation:
+    """Decode up to ``config.max_new_tokens`` tokens for every left-padded prompt.
+
+    Args:
+      key: typed PRNG key (unused by greedy rows; the result is deterministic per key).
+      model: a :class:`llome_jax.lm.pythia.Pythia` (anything with its KV-cache methods).
+      prompt_ids: int ``[B, P]``, LEFT-padded.
+      prompt_mask: 0/1 ``[B, P]``, 1 on real tokens.
+      config: :class:`SampleConfig`.
+      temperature: scalar or f32 ``[B]``; ``<= 0`` means greedy for that row, so one batch can
+        mix greedy rows and several temperatures.
+      mesh: optional data-parallel mesh; ``B`` must divide over its ``"data"`` axis.
+
+    Returns:
+      :class:`Generation` (arrays ``[B, N]`` / ``[B]``).
+
+    Raises:
+      ValueError: on malformed inputs (checked before anything is compiled).
+    """
+    ids, mask, temp = _validate(model, prompt_ids, prompt_mask, config, temperature)
+    graphdef, state = nnx.split(model)
+    if mesh is None:
+        return _jitted_core(graphdef, state, key, ids, mask, temp, config)
+    parallel.check_batch_divisible((ids, mask, temp), mesh)
+    state = parallel.replicate(state, mesh)
+    key = parallel.replicate(key, mesh)
+    ids, mask, temp = parallel.shard_batch((ids, mask, temp), mesh)
+    return _sharded_core(mesh)(graphdef, state, key, ids, mask, temp, config)
