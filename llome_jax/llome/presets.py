@@ -1,0 +1,116 @@
+"""Named LLOME configurations: ``smoke`` (tests), ``cpu`` (the laptop default), ``paper`` (GPUs).
+
+``preset(name, **overrides) -> LoopConfig``. Overrides replace any ``LoopConfig`` field (the CLI
+passes ``function``, ``schedule``, ``rounds``, ``seed``, ``weights``).
+
+* ``smoke``: seconds per round on a CPU, for tests and trying the command (not for results): a
+  short function ``Ehr(8,8)-2-2-2`` (instance seed 1) unless ``--function`` is given, the
+  ``tiny`` Pythia (H 64, 4 layers) with the Ehrlich tokenizer, a 2-generation GA of 200
+  particles with mutation 0.1 (diverse seed data), lr 1e-2 for 4 epochs on <= 512 pairs (enough
+  to learn the output format), j = 32, 8 seeds x 2 iterations x (greedy + 2 temperatures x 4).
+* ``cpu``: the embedded default. A from-scratch ``tiny`` Pythia (~0.2M parameters, the size of
+  the paper's 226K-parameter small model) with the Ehrlich tokenizer, the paper's f2, n0 = 10 GA
+  generations of 1000, j = 2000, 10 rounds, the paper's PropEn / Filter / temperature settings.
+  Training and generation sizes are reduced for 2 CPU cores and the learning rate is a
+  from-scratch one (the paper's 1e-6 is for a pretrained 2.8B model); BUILD.md ("LLOME loop")
+  records how they were chosen (on training functions, never on f2).
+* ``paper``: Pythia-2.8B from ``--weights DIR`` (its own tokenizer), the paper's
+  hyper-parameters (lr 1e-6 AdamW / 1e-7 RMSprop for DPO, batch 64, one epoch, 200 seeds,
+  10 iterations, greedy + 6 temperatures x 10 samples, j = 2000), data parallel over all devices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from llome_jax.llome.loop import LoopConfig
+
+__all__ = ["PRESETS", "preset"]
+
+_SMOKE: dict[str, Any] = dict(
+    function="Ehr(8,8)-2-2-2",
+    instance_seed=1,
+    model="tiny",
+    ga_generations=2,
+    ga_particles=200,
+    ga_mutation_prob=0.1,
+    learning_rate=1e-2,
+    dpo_learning_rate=1e-3,
+    dpo_warmup_steps=0,
+    epochs=4,
+    batch_size=32,
+    max_train_examples=512,
+    logprob_batch_size=128,
+    num_seeds=8,
+    num_iterations=2,
+    num_samples=4,
+    temperatures=(0.8, 1.2),
+    generation_batch_size=256,
+    num_selected=32,
+    min_unique_candidates=1,
+    rounds=2,
+)
+
+_CPU: dict[str, Any] = dict(
+    model="tiny",
+    ga_generations=10,
+    ga_particles=1000,
+    learning_rate=1e-3,
+    dpo_learning_rate=1e-4,
+    dpo_warmup_steps=10,
+    weight_decay=0.01,
+    epochs=2,
+    batch_size=64,
+    max_train_examples=4096,
+    logprob_batch_size=256,
+    num_seeds=200,
+    num_iterations=4,
+    num_samples=4,
+    generation_batch_size=1024,
+    num_selected=2000,
+    rounds=10,
+)
+
+_PAPER: dict[str, Any] = dict(
+    model="2.8b",
+    learning_rate=1e-6,
+    dpo_learning_rate=1e-7,
+    dpo_warmup_steps=150,
+    weight_decay=0.01,
+    epochs=1,
+    batch_size=64,
+    num_microbatches=32,
+    logprob_batch_size=64,
+    num_seeds=200,
+    num_iterations=10,
+    num_samples=10,
+    generation_batch_size=1024,
+    num_selected=2000,
+    rounds=10,
+    data_parallel=True,
+)
+
+#: name -> LoopConfig field overrides.
+PRESETS: dict[str, dict[str, Any]] = {"smoke": _SMOKE, "cpu": _CPU, "paper": _PAPER}
+
+
+def preset(name: str, **overrides: Any) -> LoopConfig:
+    """The :class:`LoopConfig` of preset ``name`` with ``overrides`` applied.
+
+    Raises:
+      ValueError: unknown preset or field; ``paper`` without ``weights``.
+    """
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+    fields = {f.name for f in dataclasses.fields(LoopConfig)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise ValueError(f"unknown LoopConfig fields {unknown}")
+    settings = {**PRESETS[name], **{k: v for k, v in overrides.items()}, "preset": name}
+    if name == "paper" and not settings.get("weights"):
+        raise ValueError(
+            "the paper preset fine-tunes a pretrained Pythia-2.8B: pass --weights DIR (a Hugging "
+            "Face GPT-NeoX checkpoint directory, e.g. EleutherAI/pythia-2.8b downloaded locally)"
+        )
+    return LoopConfig(**settings)
