@@ -1,0 +1,365 @@
+"""Iterative refinement: LLOME's inner loop (paper App. "Algorithms", Alg. IterativeRefinement).
+
+For every seed ``x`` (``n_s`` of them) and every decoding *job* — greedy (if ``config.greedy``)
+and each temperature ``t`` in ``T`` — a trajectory runs ``n_i`` iterations::
+
+    x_0 = x
+    greedy job:   x_{i+1} = GreedyDecoding(pi_theta; x_i)                      (1 output)
+    job t:        X_i = {x_j ~ pi_theta^t(. | x_i)}_{j=1..n_o};                (n_o outputs)
+                  x_{i+1} = argmax_{x' in X_i} pi_theta(x' | x_i)
+    S' = Deduplicate(all outputs)
+
+so ``num_generated = n_s * n_i * (1 + |T| n_o)`` (122,000 with the paper's ``n_s = 200,
+n_i = 10, n_o = 10, |T| = 6``). All trajectories advance together: one iteration is ONE batched
+:func:`llome_jax.lm.sample.generate` call over every (trajectory, sample) row with a per-row
+temperature (``0`` = greedy), split into fixed-shape chunks of ``config.batch_size`` rows (so it
+compiles once). Outputs are cut at the first ``]`` token, parsed and validated by the
+:class:`~llome_jax.lm.tokenizer.SequenceCodec`; invalid outputs are counted, never kept, never
+chosen as the next input (a trajectory keeps its prompt when nothing valid came out).
+
+Likelihoods (reference §7.5): ``log_likelihood`` is the mean over the kept tokens (up to and
+including ``]``) of the log-softmax of the *processed* logits (temperature, top-k; raw for greedy
+rows), ``log_likelihood_raw`` the same with the raw logits (``pi_theta`` at ``T = 1``).
+
+Paper vs authors' code (BUILD.md, "Iterative refinement"):
+
+* next input: the paper takes the best sample of *this* iteration (``next_input="paper"``); the
+  code the best valid output *ever* produced in the trajectory (``"reference"``), see
+  :func:`llome_jax.llome.seeds.next_refinement_inputs`.
+* the ranking likelihood: the paper writes ``pi_theta`` (untempered) for the argmax, the code
+  ranks by the processed (temperature-dependent) log-probs: ``selection_likelihood="raw"`` /
+  ``"processed"``. Both are per-token means (identical ranking to sums on the Ehrlich tokenizer,
+  whose valid outputs all have ``2L + 1`` tokens).
+* order and deduplication: rows are ordered as the code's combined file (greedy job first, then
+  temperatures ascending as given; within a job by seed, iteration, sample) and the first
+  occurrence of each sequence is kept. Seeds themselves are not part of the output.
+
+No oracle is called: feasibility (``ehrlich.is_feasible``, the DMP constraint check) is reported;
+values are computed by the loop after the Filter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from llome_jax import ehrlich
+from llome_jax.llome.data import first_occurrences
+from llome_jax.llome.seeds import next_refinement_inputs
+
+__all__ = ["RefineConfig", "Refinement", "iterative_refinement"]
+
+_NEXT_INPUT = ("paper", "reference")
+_SELECTION = ("raw", "processed")
+
+
+@dataclasses.dataclass(frozen=True)
+class RefineConfig:
+    """Static settings of iterative refinement (defaults: the paper's ``n_i = n_o = 10``).
+
+    Attributes:
+      num_iterations: ``n_i``, iterations per trajectory.
+      num_samples: ``n_o``, samples per iteration for each temperature.
+      greedy: also run the greedy trajectory of every seed.
+      top_k: top-k filter of sampling (HF default 50, used by the authors); ``None`` = off.
+      batch_size: rows per ``generate`` call (the chunk shape; the last chunk is padded).
+      next_input: ``"paper"`` (best output of this iteration) or ``"reference"`` (best so far).
+      selection_likelihood: likelihood ranking the outputs for the next input: ``"raw"``
+        (``pi_theta``, paper) or ``"processed"`` (temperature/top-k log-probs, authors' code).
+    """
+
+    num_iterations: int = 10
+    num_samples: int = 10
+    greedy: bool = True
+    top_k: int | None = 50
+    batch_size: int = 1024
+    next_input: str = "paper"
+    selection_likelihood: str = "raw"
+
+    def __post_init__(self) -> None:
+        if self.num_iterations < 1:
+            raise ValueError(f"num_iterations (n_i) must be >= 1; got {self.num_iterations}.")
+        if self.num_samples < 0:
+            raise ValueError(f"num_samples (n_o) must be >= 0; got {self.num_samples}.")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"top_k must be >= 1 or None; got {self.top_k}.")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1; got {self.batch_size}.")
+        if self.next_input not in _NEXT_INPUT:
+            raise ValueError(f"next_input must be one of {_NEXT_INPUT}; got {self.next_input!r}.")
+        if self.selection_likelihood not in _SELECTION:
+            raise ValueError(
+                f"selection_likelihood must be one of {_SELECTION}; got "
+                f"{self.selection_likelihood!r}."
+            )
+
+    @classmethod
+    def reference(cls, **overrides: Any) -> RefineConfig:
+        """The authors' code: best-so-far next input ranked by processed log-probs."""
+        return cls(**{"next_input": "reference", "selection_likelihood": "processed", **overrides})
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=[
+        "sequences",
+        "inputs",
+        "log_likelihood",
+        "log_likelihood_raw",
+        "iteration",
+        "temperature",
+        "seed_index",
+        "feasible",
+        "num_generated",
+        "num_valid",
+        "mean_hamming",
+    ],
+    meta_fields=[],
+)
+@dataclasses.dataclass(frozen=True)
+class Refinement:
+    """The output ``S'``: one row per valid, distinct generated sequence (host numpy arrays).
+
+    Attributes:
+      sequences: int32 ``[M, L]``.
+      inputs: int32 ``[M, L]`` the prompt each was generated from.
+      log_likelihood: float32 ``[M]`` mean processed per-token log-prob (the Filter's input).
+      log_likelihood_raw: float32 ``[M]`` mean raw per-token log-prob.
+      iteration: int32 ``[M]`` 1-based refinement iteration.
+      temperature: float32 ``[M]`` sampling temperature, ``0`` for greedy.
+      seed_index: int32 ``[M]`` row of ``seeds`` that started the trajectory.
+      feasible: bool ``[M]`` ``ehrlich.is_feasible`` (constraint check, not an oracle call).
+      num_generated: all outputs, invalid included (``n_s n_i (g + |T| n_o)``).
+      num_valid: valid outputs before deduplication.
+      mean_hamming: mean fractional Hamming distance output vs. input over the valid outputs
+        before deduplication (the temperature schedule's ``hd``; NaN if none is valid).
+    """
+
+    sequences: np.ndarray
+    inputs: np.ndarray
+    log_likelihood: np.ndarray
+    log_likelihood_raw: np.ndarray
+    iteration: np.ndarray
+    temperature: np.ndarray
+    seed_index: np.ndarray
+    feasible: np.ndarray
+    num_generated: int
+    num_valid: int
+    mean_hamming: float
+
+    @property
+    def num_unique(self) -> int:
+        """``M``, valid distinct sequences."""
+        return int(self.sequences.shape[0])
+
+
+def _mesh_size(mesh: Any) -> int:
+    if mesh is None:
+        return 1
+    from llome_jax.parallel import DATA_AXIS
+
+    return int(mesh.shape[DATA_AXIS])
+
+
+def _validate(codec: Any, fn: Any, seeds: Any, temperatures: Any, config: Any) -> tuple:
+    if not isinstance(config, RefineConfig):
+        raise ValueError(f"config must be a RefineConfig; got {type(config).__name__}.")
+    cfg = fn.config
+    if (codec.length, codec.num_states) != (cfg.dim, cfg.num_states):
+        raise ValueError(
+            f"codec is for L={codec.length}, v={codec.num_states} but the function {cfg.name} "
+            f"has L={cfg.dim}, v={cfg.num_states}."
+        )
+    x = np.asarray(seeds)
+    if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] != cfg.dim:
+        raise ValueError(f"seeds must be a non-empty int array [n_s, {cfg.dim}]; got {x.shape}.")
+    if not np.issubdtype(x.dtype, np.integer):
+        raise ValueError(f"seeds must hold integer states; got dtype {x.dtype}.")
+    if x.min() < 0 or x.max() >= cfg.num_states:
+        raise ValueError(f"seed states must lie in [0, {cfg.num_states}).")
+    temps = tuple(float(t) for t in np.atleast_1d(np.asarray(temperatures, np.float64)))
+    if any(not (math.isfinite(t) and t > 0) for t in temps):
+        raise ValueError(f"temperatures must be finite and > 0; got {temps}.")
+    if not config.greedy and (not temps or config.num_samples == 0):
+        raise ValueError("nothing to generate: greedy=False and no temperatures/samples.")
+    return x.astype(np.int32), temps
+
+
+def iterative_refinement(
+    key: jax.Array,
+    model: Any,
+    codec: Any,
+    fn: ehrlich.Ehrlich,
+    seeds: Any,
+    temperatures: Sequence[float],
+    config: RefineConfig = RefineConfig(),
+    *,
+    mesh: Any = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> Refinement:
+    """Run Alg. IterativeRefinement from ``seeds`` and return the deduplicated valid outputs.
+
+    Args:
+      key: typed PRNG key; the result is a deterministic function of it (and of
+        ``config.batch_size``, which fixes the chunking).
+      model: a :class:`llome_jax.lm.pythia.Pythia` (KV-cache decoding).
+      codec: :class:`llome_jax.lm.tokenizer.SequenceCodec` for ``fn``'s ``v`` and ``L``.
+      fn: the Ehrlich instance (only its constraint check is used).
+      seeds: int ``[n_s, L]`` seed sequences (e.g. from ``select_seeds``).
+      temperatures: the grid ``T`` (all ``> 0``), e.g. ``schedule.temperatures(...)``.
+      config: :class:`RefineConfig`.
+      mesh: optional data-parallel mesh passed to ``generate``; chunks are rounded up to a
+        multiple of its size. Same result as without it.
+      progress: called after every iteration with ``{"iteration", "num_iterations",
+        "num_generated", "num_valid", "seconds"}`` (cumulative counts).
+
+    Returns:
+      :class:`Refinement`.
+
+    Raises:
+      ValueError: inconsistent codec/function, malformed seeds or temperatures.
+    """
+    from llome_jax.lm.sample import SampleConfig, generate
+
+    seeds, temps = _validate(codec, fn, seeds, temperatures, config)
+    n_s, L = seeds.shape
+    n_o = config.num_samples if temps else 0
+    job_temps = ([0.0] if config.greedy else []) + ([*temps] if n_o else [])
+    job_rows = ([1] if config.greedy else []) + [n_o] * (len(job_temps) - int(config.greedy))
+    num_jobs = len(job_temps)
+    slots = max(job_rows)
+
+    # Row layout of one iteration: job-major, then seed, then sample.
+    traj, slot, temp = [], [], []
+    for j, (t, r) in enumerate(zip(job_temps, job_rows)):
+        traj.append(np.repeat(j * n_s + np.arange(n_s), r))
+        slot.append(np.tile(np.arange(r), n_s))
+        temp.append(np.full(n_s * r, t, np.float32))
+    row_traj, row_slot, row_temp = (np.concatenate(a) for a in (traj, slot, temp))
+    rows = row_traj.size
+
+    devices = _mesh_size(mesh)
+    chunk = min(config.batch_size, rows)
+    chunk = -(-chunk // devices) * devices
+    num_chunks = -(-rows // chunk)
+    pad = num_chunks * chunk - rows
+    # Padding rows repeat row 0 (discarded); they keep every chunk the same shape.
+    gen_traj = np.concatenate([row_traj, np.zeros(pad, row_traj.dtype)])
+    gen_temp = np.concatenate([row_temp, np.ones(pad, np.float32)])
+
+    model_vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    vocab_limit = codec.vocab_size if model_vocab and model_vocab > codec.vocab_size else None
+    sample_config = SampleConfig(
+        max_new_tokens=codec.max_new_tokens,
+        top_k=config.top_k,
+        stop_token_ids=tuple(int(t) for t in codec.stop_token_ids),
+        pad_token_id=int(codec.pad_token_id),
+        vocab_limit=vocab_limit,
+    )
+    best_so_far = config.next_input == "reference"
+
+    inputs = np.tile(seeds, (num_jobs, 1))  # [J * n_s, L], trajectory t = job * n_s + seed
+    best = np.full(num_jobs * n_s, -np.inf, np.float32)
+    record: dict[str, list[np.ndarray]] = {k: [] for k in ("seq", "inp", "ll", "raw", "valid")}
+    num_valid, start = 0, time.perf_counter()
+    for it in range(config.num_iterations):
+        key_it = jax.random.fold_in(key, it)
+        prompt_ids, prompt_mask = codec.encode_prompts(inputs)
+        ids, mask = prompt_ids[gen_traj], prompt_mask[gen_traj]
+        outs = [
+            generate(
+                jax.random.fold_in(key_it, c),
+                model,
+                ids[c * chunk : (c + 1) * chunk],
+                mask[c * chunk : (c + 1) * chunk],
+                sample_config,
+                gen_temp[c * chunk : (c + 1) * chunk],
+                mesh=mesh,
+            )
+            for c in range(num_chunks)
+        ]  # dispatched asynchronously; gathered below
+        tokens = np.concatenate([np.asarray(o.tokens) for o in outs])[:rows]
+        logp = np.concatenate([np.asarray(o.logprobs) for o in outs])[:rows]
+        logp_raw = np.concatenate([np.asarray(o.logprobs_raw) for o in outs])[:rows]
+
+        seqs, valid = codec.decode(tokens)
+        keep = codec.keep_mask(tokens)
+        count = np.maximum(keep.sum(axis=1), 1)
+        ll = (np.where(keep, logp, 0.0).sum(axis=1) / count).astype(np.float32)
+        ll_raw = (np.where(keep, logp_raw, 0.0).sum(axis=1) / count).astype(np.float32)
+
+        grid_seq = np.zeros((num_jobs * n_s, slots, L), np.int32)
+        grid_ll = np.full((num_jobs * n_s, slots), np.nan, np.float32)
+        grid_valid = np.zeros((num_jobs * n_s, slots), bool)
+        grid_seq[row_traj, row_slot] = seqs
+        grid_ll[row_traj, row_slot] = ll_raw if config.selection_likelihood == "raw" else ll
+        grid_valid[row_traj, row_slot] = valid
+        next_inputs, best = next_refinement_inputs(
+            jnp.asarray(inputs),
+            jnp.asarray(best),
+            jnp.asarray(grid_seq),
+            jnp.asarray(grid_ll),
+            jnp.asarray(grid_valid),
+            best_so_far=best_so_far,
+        )
+        record["seq"].append(seqs)
+        record["inp"].append(inputs[row_traj])
+        record["ll"].append(ll)
+        record["raw"].append(ll_raw)
+        record["valid"].append(valid)
+        inputs, best = np.asarray(next_inputs), np.asarray(best)
+        num_valid += int(valid.sum())
+        if progress is not None:
+            progress(
+                {
+                    "iteration": it + 1,
+                    "num_iterations": config.num_iterations,
+                    "num_generated": (it + 1) * rows,
+                    "num_valid": num_valid,
+                    "seconds": time.perf_counter() - start,
+                }
+            )
+
+    # [n_i * rows] in generation order -> the reference's file order (job, seed, iteration, slot).
+    n_i = config.num_iterations
+    it_col = np.repeat(np.arange(1, n_i + 1, dtype=np.int32), rows)
+    traj_col = np.tile(row_traj, n_i)
+    order = np.lexsort((np.tile(row_slot, n_i), it_col, traj_col % n_s, traj_col // n_s))
+    seq = np.concatenate(record["seq"])[order]
+    inp = np.concatenate(record["inp"])[order]
+    ll = np.concatenate(record["ll"])[order]
+    raw = np.concatenate(record["raw"])[order]
+    valid = np.concatenate(record["valid"])[order]
+    it_col, traj_col = it_col[order], traj_col[order]
+    temp_col = np.tile(row_temp, n_i)[order]
+
+    v = np.flatnonzero(valid)
+    hamming = float(np.mean(seq[v] != inp[v], dtype=np.float64)) if v.size else float("nan")
+    keep_rows = v[first_occurrences(seq[v])]
+    out_seq = seq[keep_rows].astype(np.int32)
+    feasible = (
+        np.asarray(ehrlich.is_feasible(fn, out_seq)).astype(bool)
+        if keep_rows.size
+        else np.zeros(0, bool)
+    )
+    return Refinement(
+        sequences=out_seq,
+        inputs=inp[keep_rows].astype(np.int32),
+        log_likelihood=ll[keep_rows].astype(np.float32),
+        log_likelihood_raw=raw[keep_rows].astype(np.float32),
+        iteration=it_col[keep_rows].astype(np.int32),
+        temperature=temp_col[keep_rows].astype(np.float32),
+        seed_index=(traj_col[keep_rows] % n_s).astype(np.int32),
+        feasible=feasible,
+        num_generated=int(n_i * rows),
+        num_valid=int(v.size),
+        mean_hamming=hamming,
+    )
