@@ -1,0 +1,228 @@
+"""The LLOME loop end to end (smoke preset): files, invariants, exact resume, schedules, bad input."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from llome_jax import cli, ehrlich, ga
+from llome_jax.checkpoint import CheckpointManager
+from llome_jax.llome import loop
+from llome_jax.llome.presets import preset
+
+SMOKE = ["llome", "--preset", "smoke", "--no-progress"]
+
+
+def _read_csv(path: pathlib.Path) -> list[list[str]]:
+    with open(path, newline="") as stream:
+        return list(csv.reader(stream))
+
+
+def _rounds(path: pathlib.Path) -> list[dict]:
+    return [json.loads(line) for line in (path / "rounds.jsonl").read_text().splitlines()]
+
+
+def _digest(directory: pathlib.Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """An uninterrupted 2-round smoke run through the CLI entry point."""
+    out = tmp_path_factory.mktemp("llome") / "run"
+    assert cli.main([*SMOKE, "--rounds", "2", "--loss", "marge", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_smoke_run_files_and_invariants(smoke_run: pathlib.Path) -> None:
+    out = smoke_run
+    for name in ("rounds.jsonl", "evaluated.csv", "regret.png", "config.json"):
+        assert (out / name).is_file(), name
+    cfg = preset("smoke", schedule=(("sft", 1), ("marge", 1)), rounds=2)
+    config = json.loads((out / "config.json").read_text())
+    assert config["schedule"] == "sft:1,marge:1" and config["preset"] == "smoke"
+
+    records = _rounds(out)
+    assert [r["round"] for r in records] == [0, 1, 2]
+    assert [r["loss"] for r in records] == ["ga", "sft", "marge"]
+    rows = _read_csv(out / "evaluated.csv")
+    assert rows[0] == ["round", "sequence", "value"]
+    rounds = np.asarray([int(r[0]) for r in rows[1:]])
+    seqs = np.asarray([[int(t) for t in r[1].split(",")] for r in rows[1:]], np.int32)
+    values = np.asarray([float(r[2]) for r in rows[1:]])
+
+    # Round 0 = the GA archive (n0 generations from the function's start sequence), deduplicated.
+    fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
+    archive = ga.run_archive(
+        loop._named_key(cfg, "ga"),
+        fn,
+        ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed),
+        cfg.ga_generations,
+        ga.GAConfig(num_particles=cfg.ga_particles, mutation_prob=cfg.ga_mutation_prob),
+    )
+    ga_x, ga_v, _ = archive.to_numpy()
+    np.testing.assert_array_equal(seqs[rounds == 0], ga_x)
+    np.testing.assert_array_equal(values[rounds == 0], ga_v.astype(np.float64))
+    # Every logged value is the oracle's value of the logged sequence.
+    np.testing.assert_array_equal(values, np.asarray(ehrlich.evaluate(fn, seqs), np.float64))
+    assert set(rounds.tolist()) == {0, 1, 2}
+
+    # num_evaluations = n0 * n_GA + labels of each round; the labels of a round are distinct.
+    expected = cfg.ga_generations * cfg.ga_particles
+    assert records[0]["num_evaluations"] == expected
+    for record in records[1:]:
+        r = record["round"]
+        labelled = seqs[rounds == r]
+        assert 0 < len(labelled) <= cfg.num_selected
+        assert len(np.unique(labelled, axis=0)) == len(labelled)
+        expected += len(labelled)
+        assert record["num_evaluations"] == expected
+        assert record["num_selected"] == len(labelled)
+        assert record["num_generated"] == cfg.num_seeds * cfg.num_iterations * (
+            1 + len(cfg.temperatures) * cfg.num_samples
+        )
+        regret_all = 1.0 - np.where(np.isfinite(values[rounds <= r]), values[rounds <= r], 0.0)
+        assert record["min_regret"] == pytest.approx(regret_all.min())
+        v = values[rounds == r]
+        assert record["frac_feasible"] == pytest.approx(np.isfinite(v).mean())
+        assert 0.0 <= record["frac_unique"] <= 1.0
+        assert np.isfinite(record["train_loss"]) and np.isfinite(record["seconds"])
+        assert record["temperature_offset"] in (0.0, 0.2, 0.4, 0.6)
+
+    # The checkpoint of the last round holds exactly the logged archive.
+    with CheckpointManager(out / "checkpoints") as manager:
+        assert manager.latest_step() == 2
+        state = loop.restore_checkpoint(manager, cfg)
+    assert int(state.round) == 2 and int(state.num_evaluations) == expected
+    np.testing.assert_array_equal(state.archive_sequences, seqs)
+    np.testing.assert_array_equal(state.archive_values, values.astype(np.float32))
+    np.testing.assert_array_equal(state.archive_rounds, rounds)
+    assert jax.tree.structure(state.params) == jax.tree.structure(state.reference_params)
+
+
+@pytest.mark.slow
+def test_resume_after_round_one_equals_uninterrupted(
+    smoke_run: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    cfg = preset("smoke", schedule=(("sft", 1), ("marge", 1)), rounds=2)
+    extra = {"loss": "marge"}
+    out = tmp_path / "resumed"
+    first = loop.run(cfg, out, progress=False, max_rounds_this_call=1, extra_config=extra)
+    assert int(first.state.round) == 1
+    # Simulate a crash after round 2 was logged but before its checkpoint: the resume must
+    # roll the logs back and recompute round 2 identically.
+    (out / "rounds.jsonl").open("a").write('{"round": 2, "num_evaluations": -1}\n')
+    (out / "evaluated.csv").open("a").write('2,"0,0,0,0,0,0,0,0",1.0\n')
+    loop.run(cfg, out, resume=True, progress=False, extra_config=extra)
+
+    def numbers(path: pathlib.Path) -> list[dict]:
+        return [
+            {k: v for k, v in r.items() if k != "seconds" and not k.startswith("time_")}
+            for r in _rounds(path)
+        ]
+
+    assert numbers(out) == numbers(smoke_run)
+    assert (out / "evaluated.csv").read_bytes() == (smoke_run / "evaluated.csv").read_bytes()
+    # Resuming a finished run does nothing.
+    before = (out / "rounds.jsonl").read_bytes()
+    loop.run(cfg, out, resume=True, progress=False, extra_config=extra)
+    assert (out / "rounds.jsonl").read_bytes() == before
+
+
+def test_no_training_pairs_stops_with_a_reason(smoke_run: pathlib.Path) -> None:
+    cfg = preset("smoke", schedule=(("sft", 1), ("marge", 1)), rounds=2)
+    with CheckpointManager(smoke_run / "checkpoints") as manager:
+        state = loop.restore_checkpoint(manager, cfg)
+    flat = dataclasses.replace(
+        state, archive_values=np.full_like(state.archive_values, 0.25), stop_code=jnp.int32(0)
+    )
+    new_state, metrics = loop.llome_round(flat, cfg)
+    assert metrics["round"] is None and metrics["stop_reason"] == loop.STOP_REASONS[3]
+    assert int(new_state.stop_code) == 3 and int(new_state.round) == int(state.round)
+
+
+def test_schedule_parsing() -> None:
+    assert loop.parse_schedule("sft:1,marge:9") == (("sft", 1), ("marge", 9))
+    assert loop.parse_schedule(" SFT:2 , dpo:1 ") == (("sft", 2), ("dpo", 1))
+    assert loop.schedule_for_loss("marge", 10) == (("sft", 1), ("marge", 9))
+    assert loop.schedule_for_loss("sft", 10) == (("sft", 10),)
+    assert loop.schedule_for_loss("dpo", 1) == (("sft", 1),)
+    schedule = (("sft", 1), ("dpo", 2))
+    assert [loop.loss_for_round(schedule, r) for r in range(1, 6)] == [
+        "sft",
+        "dpo",
+        "dpo",
+        "dpo",
+        "dpo",
+    ]
+    for bad in ("", "sft", "sft:0", "sft:x", "ppo:3", "marge:-1"):
+        with pytest.raises(ValueError):
+            loop.parse_schedule(bad)
+    with pytest.raises(ValueError, match="unknown loss"):
+        loop.schedule_for_loss("ppo", 3)
+    with pytest.raises(ValueError):
+        loop.loss_for_round(schedule, 0)
+    cfg = preset("cpu")
+    assert cfg.schedule == (("sft", 1), ("marge", 9)) and cfg.num_selected == 2000
+    assert cfg.rounds == 10 and cfg.ga_generations == 10 and cfg.function == "f2"
+    assert hash(cfg) == hash(preset("cpu"))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--function", "f9"], "unknown function"),
+        (["--loss", "ppo"], "unknown loss"),
+        (["--schedule", "sft:1,ppo:2"], "unknown loss"),
+        (["--preset", "gpu"], "unknown preset"),
+        (["--preset", "paper"], "--weights"),
+        (["--rounds", "0"], "--rounds"),
+    ],
+)
+def test_bad_input_is_refused_before_writing(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture, args: list[str], message: str
+) -> None:
+    out = tmp_path / "run"
+    assert cli.main([*SMOKE, "--out", str(out), *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_bad_weights_dir_is_refused(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "run"
+    weights = tmp_path / "weights"
+    argv = [*SMOKE, "--preset", "paper", "--out", str(out), "--weights", str(weights)]
+    assert cli.main(argv) == 2
+    assert "no such directory" in capsys.readouterr().err
+    weights.mkdir()
+    assert cli.main(argv) == 2
+    assert "no config.json" in capsys.readouterr().err
+    (weights / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    assert cli.main(argv) == 2
+    assert "not 'gpt_neox'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_resume_with_another_configuration_changes_nothing(
+    smoke_run: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    before = _digest(smoke_run)
+    argv = [*SMOKE, "--rounds", "2", "--loss", "marge", "--out", str(smoke_run), "--resume"]
+    assert cli.main([*argv[:-1], "--seed", "1", "--resume"]) == 2
+    assert "configuration differs" in capsys.readouterr().err
+    assert cli.main([*SMOKE, "--rounds", "2", "--loss", "dpo", "--out", str(smoke_run)]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert _digest(smoke_run) == before
