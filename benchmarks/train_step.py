@@ -44,7 +44,8 @@ RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this checkout's llome_jax, not an installed copy
 
-#: (vocab, hidden, layers, heads, intermediate): Pythia presets "tiny", "small" and the 70M model.
+#: (vocab, hidden, layers, heads, intermediate) of the stand-in; with Pythia the preset of that name
+#: fixes the dimensions and only the vocabulary (512, the Ehrlich/"smaller Pythia" size) is taken here.
 SIZES = {
     "tiny": (512, 64, 6, 4, 128),
     "small": (512, 192, 6, 6, 768),
@@ -65,7 +66,9 @@ def build_model(size: str, model_kind: str):
             if model_kind == "pythia":
                 raise
         else:
-            config = PythiaConfig.preset(size) if size in ("tiny", "small", "70m") else None
+            # tiny/small are from-scratch presets sized by the tokenizer; 70m keeps 50304.
+            overrides = {} if size == "70m" else {"vocab_size": vocab}
+            config = PythiaConfig.preset(size, **overrides)
             return Pythia(config, rngs=nnx.Rngs(0)), "pythia"
     from llome_jax.testing import TinyCausalLM, TinyLMConfig
 
