@@ -14,7 +14,7 @@ from flax import nnx
 
 from llome_jax import ehrlich, parallel
 from llome_jax.ehrlich import EhrlichConfig
-from llome_jax.llome.refine import RefineConfig, Refinement, iterative_refinement
+from llome_jax.llome.refine import RefineConfig, Refinement, _chunking, iterative_refinement
 from llome_jax.lm import sample
 from llome_jax.lm.logprobs import sequence_logprobs
 from llome_jax.lm.pythia import Pythia, PythiaConfig
@@ -282,7 +282,7 @@ SCRIPT = {  # one seed, one temperature, n_o = 2: (sequence, processed, raw)
     ],
 )
 def test_next_input_rules(monkeypatch, codec, fn, next_input, selection, expected):
-    fake = _scripted(monkeypatch, codec, 1, [2], stride=2, script=SCRIPT)
+    fake = _scripted(monkeypatch, codec, 1, [2], stride=8, script=SCRIPT)  # 2 rows -> chunk 8
     cfg = RefineConfig(
         num_iterations=4,
         num_samples=2,
@@ -331,7 +331,9 @@ def test_dedup_order_invalid_and_hamming(monkeypatch, codec, fn):
     def default(it, j, s, o, x):
         return np.array([it, j, s, o, 0, 0, 0, 0]), -1.0, -1.0
 
-    fake = _scripted(monkeypatch, codec, 2, [1, 2, 2], stride=10, script=script, default=default)
+    fake = _scripted(  # 10 rows, batch_size 10 -> 2 chunks of 8
+        monkeypatch, codec, 2, [1, 2, 2], stride=16, script=script, default=default
+    )
     seeds = np.array([[1] * L, [2] * L])
     cfg = RefineConfig(num_iterations=2, num_samples=2, batch_size=10)
     out = iterative_refinement(jax.random.key(0), None, codec, fn, seeds, (0.5, 1.0), cfg)
@@ -397,3 +399,18 @@ def test_validation_errors(codec, fn):
         RefineConfig(selection_likelihood="mean")
     with pytest.raises(ValueError, match="num_iterations"):
         RefineConfig(num_iterations=0)
+
+
+@pytest.mark.parametrize(
+    ("rows", "batch_size", "devices", "expected"),
+    [
+        (28, 16, 1, (16, 2)),
+        (28, 16, 8, (16, 2)),  # same shape on 8 devices -> same samples
+        (12200, 1024, 1, (1024, 12)),  # the paper's 200 x (1 + 6 x 10) rows
+        (1220, 1024, 1, (616, 2)),  # balanced: 12 padding rows, not 828
+        (10, 3, 8, (8, 2)),  # at least lcm(8, devices)
+        (100, 1024, 3, (120, 1)),  # lcm(8, 3) = 24
+    ],
+)
+def test_chunking_rule(rows, batch_size, devices, expected):
+    assert _chunking(rows, batch_size, devices) == expected

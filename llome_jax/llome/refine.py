@@ -12,8 +12,9 @@ and each temperature ``t`` in ``T`` — a trajectory runs ``n_i`` iterations::
 so ``num_generated = n_s * n_i * (1 + |T| n_o)`` (122,000 with the paper's ``n_s = 200,
 n_i = 10, n_o = 10, |T| = 6``). All trajectories advance together: one iteration is ONE batched
 :func:`llome_jax.lm.sample.generate` call over every (trajectory, sample) row with a per-row
-temperature (``0`` = greedy), split into fixed-shape chunks of ``config.batch_size`` rows (so it
-compiles once). Outputs are cut at the first ``]`` token, parsed and validated by the
+temperature (``0`` = greedy), split into equal fixed-shape chunks of at most
+``config.batch_size`` rows (so it compiles once; see ``_chunking``). Outputs are cut at the first
+``]`` token, parsed and validated by the
 :class:`~llome_jax.lm.tokenizer.SequenceCodec`; invalid outputs are counted, never kept, never
 chosen as the next input (a trajectory keeps its prompt when nothing valid came out).
 
@@ -70,7 +71,9 @@ class RefineConfig:
       num_samples: ``n_o``, samples per iteration for each temperature.
       greedy: also run the greedy trajectory of every seed.
       top_k: top-k filter of sampling (HF default 50, used by the authors); ``None`` = off.
-      batch_size: rows per ``generate`` call (the chunk shape; the last chunk is padded).
+      batch_size: at most this many rows per ``generate`` call. Each iteration's rows are split
+        into equal fixed-shape chunks, a multiple of 8 (and of the mesh size) that is at most
+        ``batch_size`` rounded down to such a multiple; the last chunk is padded.
       next_input: ``"paper"`` (best output of this iteration) or ``"reference"`` (best so far).
       selection_likelihood: likelihood ranking the outputs for the next input: ``"raw"``
         (``pi_theta``, paper) or ``"processed"`` (temperature/top-k log-probs, authors' code).
@@ -169,6 +172,21 @@ def _mesh_size(mesh: Any) -> int:
     return int(mesh.shape[DATA_AXIS])
 
 
+def _chunking(rows: int, batch_size: int, devices: int) -> tuple[int, int]:
+    """``(chunk, num_chunks)``: balanced chunks, each a multiple of ``m = lcm(8, devices)``.
+
+    ``num_chunks = ceil(rows / b)`` with ``b`` = ``batch_size`` rounded down to a multiple of
+    ``m`` (at least ``m``), ``chunk = ceil(rows / num_chunks)`` rounded up to a multiple of ``m``
+    (so ``chunk <= b``). The chunk shape does not depend on the mesh as long as its size divides
+    8, which makes 1, 2, 4 and 8 devices give identical samples.
+    """
+    m = math.lcm(8, devices)
+    b = max(batch_size // m * m, m)
+    num_chunks = -(-rows // b)
+    chunk = math.ceil(math.ceil(rows / num_chunks) / m) * m
+    return chunk, math.ceil(rows / chunk)
+
+
 def _validate(codec: Any, fn: Any, seeds: Any, temperatures: Any, config: Any) -> tuple:
     if not isinstance(config, RefineConfig):
         raise ValueError(f"config must be a RefineConfig; got {type(config).__name__}.")
@@ -216,8 +234,8 @@ def iterative_refinement(
       seeds: int ``[n_s, L]`` seed sequences (e.g. from ``select_seeds``).
       temperatures: the grid ``T`` (all ``> 0``), e.g. ``schedule.temperatures(...)``.
       config: :class:`RefineConfig`.
-      mesh: optional data-parallel mesh passed to ``generate``; chunks are rounded up to a
-        multiple of its size. Same result as without it.
+      mesh: optional data-parallel mesh passed to ``generate``; chunks are multiples of
+        ``lcm(8, mesh size)``. Same result as without it when the mesh size divides 8.
       progress: called after every iteration with ``{"iteration", "num_iterations",
         "num_generated", "num_valid", "seconds"}`` (cumulative counts).
 
@@ -246,10 +264,7 @@ def iterative_refinement(
     row_traj, row_slot, row_temp = (np.concatenate(a) for a in (traj, slot, temp))
     rows = row_traj.size
 
-    devices = _mesh_size(mesh)
-    chunk = min(config.batch_size, rows)
-    chunk = -(-chunk // devices) * devices
-    num_chunks = -(-rows // chunk)
+    chunk, num_chunks = _chunking(rows, config.batch_size, _mesh_size(mesh))
     pad = num_chunks * chunk - rows
     # Padding rows repeat row 0 (discarded); they keep every chunk the same shape.
     gen_traj = np.concatenate([row_traj, np.zeros(pad, row_traj.dtype)])
