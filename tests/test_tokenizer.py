@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import numpy as np
 import pytest
@@ -31,7 +32,11 @@ def tok():
 
 @pytest.fixture(scope="module")
 def bpe_dir(tmp_path_factory):
-    """A byte-level BPE tokenizer trained offline (GPT-NeoX-like: <|endoftext|> = 0, no pad)."""
+    """A byte-level BPE trained offline, saved like a Pythia checkpoint's tokenizer files.
+
+    GPT-NeoX layout: ``<|endoftext|>`` = 0 is BOS = EOS = UNK, no pad token, and the
+    tokenizer_config.json names ``GPTNeoXTokenizer`` as EleutherAI's does.
+    """
     rng = np.random.default_rng(0)
     corpus = [format_prompt(r) + format_target(r[::-1]) for r in rng.integers(0, 32, (300, 6))]
     bpe = Tokenizer(models.BPE())
@@ -39,14 +44,17 @@ def bpe_dir(tmp_path_factory):
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=300,
-        special_tokens=["<|endoftext|>"],
+        special_tokens=["<|endoftext|>", "<|padding|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     bpe.train_from_iterator(corpus, trainer)
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
-    path = tmp_path_factory.mktemp("bpe")
-    fast.save_pretrained(path)
+    path = tmp_path_factory.mktemp("pythia")
+    bpe.save(str(path / "tokenizer.json"))
+    special = {t: "<|endoftext|>" for t in ("bos_token", "eos_token", "unk_token")}
+    config = {"add_prefix_space": False, "tokenizer_class": "GPTNeoXTokenizer", **special}
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    (path / "special_tokens_map.json").write_text(json.dumps(special))
     return path
 
 
@@ -127,7 +135,7 @@ def test_ehrlich_tokenizer_layout(tok):
         make_ehrlich_tokenizer(0)
 
 
-def test_tokenizer_save_load_round_trip(tok, tmp_path):
+def test_tokenizer_save_load_round_trip(tok, tmp_path, no_network):
     tok.save_pretrained(tmp_path)
     loaded = load_tokenizer(tmp_path)
     assert isinstance(loaded, transformers.PreTrainedTokenizerFast)
@@ -151,7 +159,18 @@ def test_load_tokenizer_errors(tmp_path):
         load_tokenizer(tmp_path)
 
 
-def test_load_bpe_tokenizer_offline(bpe_dir):
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a network connection fails the test."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"network access attempted: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def test_load_bpe_tokenizer_offline(bpe_dir, no_network):
     tok = load_tokenizer(bpe_dir)
     assert tok.eos_token == "<|endoftext|>"
     assert tok.pad_token_id == tok.eos_token_id == 0  # pad = eos, as the reference
