@@ -303,6 +303,8 @@ def test_codec_text_path_on_bpe(bpe_dir):
     ids, mask = codec.encode_prompts(x)
     lens = mask.sum(1)
     assert lens.min() < lens.max(), "prompt lengths should vary for this test"
+    assert ids.shape[1] == codec.prompt_length == lens.max()  # fixed width: the worst case
+    assert codec.encode_prompts(x[2:4])[0].shape[1] == codec.prompt_length
     for i in range(12):  # left padding, prompt text intact
         assert mask[i, : ids.shape[1] - lens[i]].sum() == 0 and mask[i, -lens[i] :].min() == 1
         assert tok.decode(ids[i, -lens[i] :]) == format_prompt(x[i])

@@ -280,6 +280,9 @@ class SequenceCodec:
       eos_token_id: the EOS id (``None`` if none).
       rbracket_id: the id of the ``]`` token: generation stops there and the output is cut there.
       stop_token_ids: ``(rbracket_id, eos_token_id)`` (without duplicates / ``None``).
+      prompt_length: prompts are left-padded to at least this width (the longest canonical
+        prompt: ``2L + 3`` on the Ehrlich tokenizer), so that the prompt shape, and thus the
+        compiled sampler, stays fixed across refinement iterations.
       max_new_tokens: see above.
       fast: whether the vectorised path is used.
     """
@@ -316,15 +319,15 @@ class SequenceCodec:
                     "fast=True needs a word-level tokenizer with the Ehrlich vocabulary "
                     f"(make_ehrlich_tokenizer(num_states>={num_states}))."
                 )
+        if self.fast:
+            self.prompt_length = 2 * self.length + 3
+            worst_target = 2 * self.length + 1
+        else:  # numbers are pre-tokenized separately: uniform sequences are the worst case
+            uniform = [[s] * self.length for s in range(self.num_states)]
+            self.prompt_length = max(map(len, self._encode_text(list(map(format_prompt, uniform)))))
+            worst_target = max(map(len, self._encode_text(list(map(format_target, uniform)))))
         if max_new_tokens is None:
-            if self.fast:
-                max_new_tokens = 2 * self.length + 1
-            else:
-                worst = max(
-                    len(self._encode_text([format_target([s] * self.length)])[0])
-                    for s in range(self.num_states)
-                )
-                max_new_tokens = worst + 8
+            max_new_tokens = worst_target if self.fast else worst_target + 8
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1; got {max_new_tokens}.")
         self.max_new_tokens = int(max_new_tokens)
@@ -413,14 +416,15 @@ class SequenceCodec:
 
         Returns:
           ``(ids int32 [B, P], mask int32 [B, P])`` with ``mask = 1`` on real tokens; padding
-          (``pad_token_id``) on the left. Ehrlich tokenizer: ``P = 2L + 3``, no padding.
+          (``pad_token_id``) on the left; ``P = prompt_length`` (more only if a prompt is longer).
+          Ehrlich tokenizer: ``P = 2L + 3``, no padding.
         """
         x = self._check_x(x, "x")
         if self.fast:
             ids = self._fast_prompt_ids(x)
             return ids, np.ones_like(ids)
         rows = self._encode_text([format_prompt(r) for r in x])
-        width = max((len(r) for r in rows), default=0)
+        width = max([self.prompt_length, *map(len, rows)])
         ids = np.full((len(rows), width), self.pad_token_id, np.int32)
         mask = np.zeros((len(rows), width), np.int32)
         for i, r in enumerate(rows):
