@@ -414,3 +414,58 @@ def test_validation_errors(codec, fn):
 )
 def test_chunking_rule(rows, batch_size, devices, expected):
     assert _chunking(rows, batch_size, devices) == expected
+
+
+def test_bpe_codec_fixed_prompt_width_vocab_limit_and_empty_result(monkeypatch):
+    """Text-path codec (byte-level BPE, variable prompt lengths) with a padded model vocabulary;
+    every output invalid -> an empty, well-formed Refinement."""
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from llome_jax.lm.tokenizer import format_prompt, format_target
+
+    v, n = 32, 6
+    rng = np.random.default_rng(0)
+    corpus = [format_prompt(r) + format_target(r) for r in rng.integers(0, v, (200, n))]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=280,
+            special_tokens=["<|endoftext|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token="<|endoftext|>", pad_token="<|endoftext|>"
+    )
+    codec = SequenceCodec(tok, v, n)
+    assert not codec.fast
+    fn = ehrlich.make(
+        jax.random.key(0), EhrlichConfig(num_states=v, dim=n, num_motifs=2, motif_length=2)
+    )
+    calls = []
+
+    def fake(key, model, ids, mask, config, temperature, mesh=None):
+        calls.append((np.asarray(ids), np.asarray(mask), config))
+        b = len(ids)
+        eos = jnp.zeros((b, config.max_new_tokens), jnp.int32)  # EOS = 0 at once: invalid
+        zeros = jnp.zeros((b, config.max_new_tokens), jnp.float32)
+        return sample.Generation(eos, zeros, zeros, jnp.ones(b, jnp.int32), jnp.ones(b, bool))
+
+    monkeypatch.setattr(sample, "generate", fake)
+    model = type("Stub", (), {"config": PythiaConfig.preset("tiny", vocab_size=320)})()
+    seeds = np.array([[31] * n, [1] * n, [5, 17, 0, 30, 2, 9]])
+    cfg = RefineConfig(num_iterations=2, num_samples=2)
+    out = iterative_refinement(jax.random.key(0), model, codec, fn, seeds, (1.0,), cfg)
+    assert out.num_generated == 2 * 3 * 3 and out.num_valid == 0
+    assert out.sequences.shape == out.inputs.shape == (0, n) and out.feasible.shape == (0,)
+    assert np.isnan(out.mean_hamming)
+    assert {c[0].shape for c in calls} == {(16, codec.prompt_length)}  # 9 rows -> one chunk of 16
+    assert calls[0][2].vocab_limit == len(tok) == 280
+    assert calls[0][2].stop_token_ids == (codec.rbracket_id, 0)
+    lens = calls[0][1].sum(1)[:9]
+    assert lens.min() < lens.max() and np.all(calls[0][1][:, -1] == 1)  # left padding
