@@ -150,6 +150,8 @@ class LoopConfig:
         max_grad_norm: training [1e-6 / 1e-7, 0.01, 0 / 150, 1, 64, -, 1.0]. AdamW for
         SFT/MargE/REINFORCE, torch-RMSprop for DPO (``train.paper_optimizer``), linear decay,
         fresh optimizer every round (the reference re-initialises it with each trainer).
+      first_round_epochs: epochs of round 1 (SFT on the GA data; ``None``: ``epochs``). A
+        from-scratch model must first learn the output format there.
       max_train_examples: random subset of the round's pairs/triples (``None``: all) - a CPU knob.
       marge_group_size: self-normalisation group (``None``: the whole batch, paper; 1: reference).
       kl_weight: MargE/REINFORCE ``lambda`` override (``None``: 10).
@@ -187,6 +189,7 @@ class LoopConfig:
     warmup_steps: int = 0
     dpo_warmup_steps: int = 150
     epochs: int = 1
+    first_round_epochs: int | None = None
     batch_size: int = 64
     num_microbatches: int = 1
     max_grad_norm: float | None = 1.0
@@ -634,6 +637,7 @@ def _train(
     data: dict[str, Any],
     params: Any,
     progress: bool,
+    epochs: int | None = None,
 ) -> tuple[Any, Any, float]:
     """Train ``params`` for ``cfg.epochs`` epochs on ``data``; returns (params, opt_state, loss)."""
     from llome_jax import parallel
@@ -649,8 +653,9 @@ def _train(
     res = _resources(cfg)
     n = int(data["units"])
     bsz = cfg.batch_size
+    epochs = cfg.epochs if epochs is None else epochs
     steps_per_epoch = math.ceil(n / bsz)
-    total = steps_per_epoch * cfg.epochs
+    total = steps_per_epoch * epochs
     opt_config = _optimizer_config(cfg, loss, total)
     step = _train_step(cfg, loss, opt_config)
     optimizer = make_optimizer(opt_config)
@@ -680,9 +685,9 @@ def _train(
     )
     hparams = _loss_params(cfg, loss)
     losses: list[jax.Array] = []
-    epoch_keys = jax.random.split(key, cfg.epochs)
+    epoch_keys = jax.random.split(key, epochs)
     with _progress(progress, total=total, desc=f"train {loss}", unit="step") as bar:
-        for epoch in range(cfg.epochs):
+        for epoch in range(epochs):
             order = np.argsort(np.asarray(jax.random.bits(epoch_keys[epoch], (n,), jnp.uint32)))
             for s in range(steps_per_epoch):
                 units = order[s * bsz : (s + 1) * bsz]
@@ -753,7 +758,8 @@ def llome_round(
 
     t = time.perf_counter()
     reference_params = state.params
-    params, opt_state, train_loss = _train(k_train, cfg, loss, data, state.params, progress)
+    epochs = cfg.first_round_epochs if r == 1 and cfg.first_round_epochs else cfg.epochs
+    params, opt_state, train_loss = _train(k_train, cfg, loss, data, state.params, progress, epochs)
     times["time_train"] = time.perf_counter() - t
 
     # Seeds: TopK(S_i, n_s) (paper) or the top training rows by target value (reference).

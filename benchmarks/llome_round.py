@@ -1,0 +1,101 @@
+"""One LLOME round of the ``cpu`` preset on f2, broken down by phase.
+
+Runs round 0 (the GA seed data) and then ``--rounds`` LLOME rounds (default 2: the SFT round on the
+GA data and the first MargE round, whose training set is the j = 2000 labelled sequences) and
+prints, per round, the seconds spent in each phase:
+
+* ``pairs``: PropEn pairs / triples (exact kNN) and tokenisation,
+* ``train``: reference log-probs (MargE/DPO) and the optimizer steps (compilation included),
+* ``generate``: iterative refinement (KV-cache sampling, parsing, next-input rule),
+* ``filter``: the Filter step, ``oracle``: Ehrlich labels of the j selected sequences,
+
+plus generated sequences per second, and writes ``benchmarks/results/llome_round.json``.
+Usage: ``python benchmarks/llome_round.py [--preset cpu] [--rounds 2] [--function f2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import platform
+import time
+
+import jax
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="cpu")
+    parser.add_argument("--function", default="f2")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--loss", default="marge")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--progress", action="store_true")
+    parser.add_argument(
+        "--out", default=str(pathlib.Path(__file__).parent / "results" / "llome_round.json")
+    )
+    args = parser.parse_args()
+
+    from llome_jax.llome import loop
+    from llome_jax.llome.presets import preset
+
+    cfg = preset(
+        args.preset,
+        function=args.function,
+        rounds=args.rounds,
+        seed=args.seed,
+        schedule=loop.schedule_for_loss(args.loss, max(args.rounds, 2)),
+    )
+    t0 = time.perf_counter()
+    state = loop.init_state(cfg)
+    ga_seconds = time.perf_counter() - t0
+    rows = []
+    for _ in range(args.rounds):
+        t = time.perf_counter()
+        state, m = loop.llome_round(state, cfg, progress=args.progress)
+        if m["round"] is None:
+            print(f"stopped: {m['stop_reason']}")
+            break
+        m["seconds"] = time.perf_counter() - t
+        m["generated_per_second"] = m["num_generated"] / m["time_generate"]
+        rows.append(m)
+        if int(state.stop_code):
+            print(f"stopped after round {m['round']}: {m['stop_reason']}")
+            break
+
+    phases = ("pairs", "train", "generate", "filter", "oracle")
+    print(
+        f"\nLLOME round timing, preset {args.preset}, {cfg.function}, {jax.device_count()} "
+        f"{jax.devices()[0].platform} device(s); GA seed data: {ga_seconds:.1f} s"
+    )
+    header = f"{'round':>5} {'loss':>6} {'pairs':>6} " + "".join(f"{p:>9}" for p in phases)
+    header += f"{'total':>9} {'generated':>10} {'gen/s':>8} {'labelled':>9} {'min regret':>11}"
+    print(header)
+    for m in rows:
+        print(
+            f"{m['round']:>5} {m['loss']:>6} {m['num_pairs']:>6} "
+            + "".join(f"{m['time_' + p]:>9.1f}" for p in phases)
+            + f"{m['seconds']:>9.1f} {m['num_generated']:>10} {m['generated_per_second']:>8.0f}"
+            + f" {m['num_selected']:>9} {m['min_regret']:>11.4f}"
+        )
+    result = {
+        "preset": args.preset,
+        "function": cfg.function,
+        "config": cfg.to_dict(),
+        "platform": platform.platform(),
+        "devices": [str(d) for d in jax.devices()],
+        "ga_seconds": ga_seconds,
+        "rounds": [
+            {k: v for k, v in m.items() if isinstance(v, int | float | str) or v is None}
+            for m in rows
+        ],
+    }
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
