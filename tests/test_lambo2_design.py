@@ -12,10 +12,11 @@ import pytest
 from llome_jax import parallel
 from llome_jax.lambo2 import design as D  # noqa: N812
 from llome_jax.lambo2 import model as M  # noqa: N812
+from llome_jax.lambo2 import optimizer
 from llome_jax.lambo2 import train as T  # noqa: N812
 
 TINY = M.ModelConfig.preset("tiny", 4, 8)
-STEPS = D.DesignConfig(num_steps=4, num_mutations=2, guidance_updates=2, guidance_step_size=0.05)
+STEPS = optimizer.preset("smoke").design  # S 4, M 2, K_g 2 (shared compilation with the e2e test)
 
 
 # ------------------------------------------------------------------------------------ acquisition
@@ -104,6 +105,7 @@ def trained():
     y[:10] = -np.inf
     t = np.repeat(np.arange(4), 50)
     config = T.TrainConfig(epochs=6, batch_size=16, train_fraction=None)
+    assert T.step_config_of(config) == T.step_config_of(optimizer.preset("smoke").train)
     data = T.prepare_training_data(x, y, t, TINY, config)
     params, _ = T.fit(jax.random.key(1), M.init_params(jax.random.key(0), TINY), data, TINY, config)
     stats = D.RegressorStats(jnp.float32(data.y_mean), jnp.float32(data.y_std))

@@ -176,6 +176,7 @@ def _means_from_features(
     return mu
 
 
+@functools.partial(jax.jit, static_argnums=(0, 4))
 def member_means(
     config: ModelConfig,
     params: Params,
@@ -189,6 +190,7 @@ def member_means(
     return _means_from_features(config, params, stats, h, tokens != config.pad_id, use_constraints)
 
 
+@functools.partial(jax.jit, static_argnums=(0, 4))
 def best_values(
     config: ModelConfig,
     params: Params,

@@ -1,0 +1,389 @@
+"""LaMBO-2 rounds and the resumable driver (spec ``../shared/spec/lambo2.md`` §1).
+
+Run (``n`` sequences per round, ``R`` rounds)::
+
+    S   = GA archive of n0 generations (round 0, all t = 0)        # ga.run_archive
+    θ0  = fit(fresh model, S)                                        # the initial fit, kept
+    for r in 1..R:
+        θ      = fit(θ0, S)                  # retrain from θ0: fresh Adam, fresh schedule, E epochs
+        seeds  = select_seeds(S, n, alpha)   # top alpha n tiled (alpha <= 1) or FFT (alpha > 1)
+        best_e = max_j mu_e(seed_j)
+        X      = design_round(θ, seeds)      # S design steps, n proposals, no de-duplication
+        S      = S u {(x, f(x), r) : x in X} # the only oracle calls of the round
+
+Run directory (:mod:`llome_jax.rundir`, the same layout as ``llome-jax llome``): ``config.json``,
+``rounds.jsonl`` (``ROUND_FIELDS`` plus LaMBO-2 extras), ``evaluated.csv`` (the GA's distinct
+sequences as round 0, then every proposal), ``regret.png``, ``checkpoints/`` (one orbax step per
+round: ``θ0`` as arrays, the history in the JSON metadata). Oracle accounting as LLOME:
+``num_evaluations = n0 * n_GA + r n``.
+
+Determinism: every random draw of round ``r`` comes from ``fold_in(key(seed), r)``, so a run
+resumed from the checkpoint of round ``r`` reproduces an uninterrupted run exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from llome_jax.lambo2 import design as lambo_design
+from llome_jax.lambo2 import model as lambo_model
+from llome_jax.lambo2 import train as lambo_train
+
+__all__ = [
+    "PRESETS",
+    "History",
+    "Lambo2Config",
+    "RunResult",
+    "expected_oracle_calls",
+    "initial_fit",
+    "lambo2_round",
+    "preset",
+    "run",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Lambo2Config:
+    """Everything that defines a LaMBO-2 run (static, hashable, JSON-serialisable).
+
+    Attributes:
+      function / instance_seed: the Ehrlich function (``f1``..``f4``, a paper name, or
+        ``Ehr(v,L)-c-k-q`` with ``instance_seed``).
+      seed: run seed (GA, model init, samplers, design).
+      rounds: LaMBO-2 rounds ``R`` after the GA seed rounds.
+      num_samples: ``n`` proposals (oracle calls) per round.
+      alpha: FFT expansion factor (paper 0.25: top ``alpha n`` seeds tiled).
+      ga_generations / ga_particles: the GA pre-solver (paper 10 x 1000).
+      model_preset / model_overrides: :meth:`ModelConfig.preset` name and field overrides.
+      train / design: :class:`TrainConfig`, :class:`DesignConfig`.
+    """
+
+    function: str = "f2"
+    instance_seed: int | None = None
+    seed: int = 0
+    rounds: int = 10
+    num_samples: int = 2000
+    alpha: float = 0.25
+    ga_generations: int = 10
+    ga_particles: int = 1000
+    model_preset: str = "paper"
+    model_overrides: tuple[tuple[str, Any], ...] = ()
+    train: lambo_train.TrainConfig = dataclasses.field(default_factory=lambo_train.TrainConfig)
+    design: lambo_design.DesignConfig = dataclasses.field(default_factory=lambo_design.DesignConfig)
+
+    def __post_init__(self) -> None:
+        for name in ("rounds", "num_samples", "ga_generations"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}.")
+        if not self.alpha > 0:
+            raise ValueError(f"alpha must be positive, got {self.alpha!r}.")
+
+    def model_config(self, num_states: int, length: int) -> lambo_model.ModelConfig:
+        return lambo_model.ModelConfig.preset(
+            self.model_preset, num_states, length, **dict(self.model_overrides)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["model_overrides"] = dict(self.model_overrides)
+        return out
+
+
+#: Named configurations. ``smoke``: seconds (tiny model, 32 proposals); ``cpu``: the paper's
+#: protocol on f2 (10 GA generations of 1000, 10 rounds of 2000) with a smaller CNN, fewer epochs
+#: and design steps so that a round takes minutes on 2 cores; ``paper``: the paper's settings.
+PRESETS: dict[str, dict[str, Any]] = {
+    "smoke": {
+        "num_samples": 32,
+        "rounds": 2,
+        "ga_generations": 2,
+        "ga_particles": 64,
+        "model_preset": "tiny",
+        "train": {"epochs": 2, "batch_size": 16},
+        "design": {"num_steps": 4, "num_mutations": 2, "guidance_updates": 2},
+    },
+    "cpu": {
+        "model_preset": "cpu",
+        "train": {"epochs": 8},
+        "design": {"num_steps": 16},
+    },
+    "paper": {},
+}
+
+
+def preset(name: str, **overrides: Any) -> Lambo2Config:
+    """A :class:`Lambo2Config` from ``PRESETS[name]``; ``overrides`` replace top-level fields
+    (``train``/``design`` given as dicts update the preset's)."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}.")
+    values = {**PRESETS[name]}
+    for nested in ("train", "design"):
+        values[nested] = {**values.get(nested, {}), **overrides.pop(nested, {})}
+    values.update(overrides)
+    values["train"] = lambo_train.TrainConfig(**values["train"])
+    values["design"] = lambo_design.DesignConfig(**values["design"])
+    return Lambo2Config(**values)
+
+
+# ---------------------------------------------------------------------------------------------
+# History
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class History:
+    """Every labelled sequence: ``x`` int32 ``[N, L]``, ``y`` float64 ``[N]`` (-inf infeasible),
+    ``t`` int64 ``[N]`` (round; the GA seed data is round 0)."""
+
+    x: np.ndarray
+    y: np.ndarray
+    t: np.ndarray
+
+    def append(self, x: Any, y: Any, round_index: int) -> History:
+        x, y = np.asarray(x, np.int32), np.asarray(y, np.float64)
+        return History(
+            np.concatenate([self.x, x]),
+            np.concatenate([self.y, y]),
+            np.concatenate([self.t, np.full(len(y), round_index, np.int64)]),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "x": self.x.tolist(),
+            "y": [float(v) if np.isfinite(v) else None for v in self.y],
+            "t": self.t.tolist(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> History:
+        y = np.asarray([-np.inf if v is None else v for v in data["y"]], np.float64)
+        return cls(np.asarray(data["x"], np.int32), y, np.asarray(data["t"], np.int64))
+
+
+# ---------------------------------------------------------------------------------------------
+# One round
+# ---------------------------------------------------------------------------------------------
+def _round_key(cfg: Lambo2Config, round_index: int) -> jax.Array:
+    return jax.random.fold_in(jax.random.key(cfg.seed), round_index)
+
+
+def initial_fit(
+    cfg: Lambo2Config, mc: lambo_model.ModelConfig, history: History
+) -> tuple[Any, np.ndarray]:
+    """``θ0``: a fresh model trained ``E`` epochs on the seed history (round-0 key)."""
+    k_init, k_fit = jax.random.split(jax.random.fold_in(_round_key(cfg, 0), 1))
+    data = lambo_train.prepare_training_data(history.x, history.y, history.t, mc, cfg.train)
+    return lambo_train.fit(k_fit, lambo_model.init_params(k_init, mc), data, mc, cfg.train)
+
+
+def lambo2_round(
+    cfg: Lambo2Config,
+    fn: Any,
+    theta_init: Any,
+    history: History,
+    round_index: int,
+    *,
+    mesh: Any = None,
+) -> tuple[History, dict[str, Any]]:
+    """Round ``round_index``: retrain from ``θ0``, choose seeds, design, label (spec §1 step 2).
+
+    Returns ``(new history, metrics)``; ``metrics`` holds the proposals (``"x"``, ``"y"``) and
+    the round's statistics (timings by phase, last-epoch losses, acquisition, acceptance).
+    """
+    from llome_jax import ehrlich
+
+    mc = cfg.model_config(fn.config.num_states, fn.config.dim)
+    k_fit, k_design = jax.random.split(_round_key(cfg, round_index))
+    t0 = time.perf_counter()
+    data = lambo_train.prepare_training_data(history.x, history.y, history.t, mc, cfg.train)
+    params, losses = lambo_train.fit(k_fit, theta_init, data, mc, cfg.train)
+    jax.block_until_ready(params)
+    t1 = time.perf_counter()
+    stats = lambo_design.RegressorStats(jnp.float32(data.y_mean), jnp.float32(data.y_std))
+    seed_index = lambo_design.select_seeds(
+        history.x, history.y, history.t, cfg.num_samples, cfg.alpha
+    )
+    seeds = history.x[seed_index]
+    best = lambo_design.best_values(mc, params, stats, seeds, cfg.design.use_constraints)
+    proposals, acq, trace = lambo_design.design_round(
+        k_design, params, stats, best, seeds, mc, cfg.design, mesh=mesh
+    )
+    proposals = np.asarray(proposals)
+    t2 = time.perf_counter()
+    values = np.asarray(ehrlich.evaluate(fn, proposals), np.float64)
+    predicted = lambo_design.member_means(mc, params, stats, proposals).mean(0)
+    last = losses[-1]
+    ens = mc.ensemble_size
+    metrics = {
+        "x": proposals,
+        "y": values,
+        "mean_hamming": float((proposals != seeds).mean()),
+        "mean_reward": float(np.mean(np.asarray(predicted))),
+        "train_loss": float(last.mean()),
+        "train_loss_cls": float(last[:ens].mean()),
+        "train_loss_reg": float(last[ens : 2 * ens].mean()),
+        "train_loss_mlm": float(last[-1]),
+        "mean_acquisition": float(np.mean(np.asarray(acq))),
+        "acceptance_rate": float(
+            np.asarray(trace.accepted).mean() / (cfg.design.guidance_updates + 1)
+        ),
+        "num_unique_seeds": len(np.unique(seed_index)),
+        "steps_per_epoch": data.steps_per_epoch(cfg.train.batch_size),
+        "seconds_train": t1 - t0,
+        "seconds_design": t2 - t1,
+    }
+    return history.append(proposals, values, round_index), metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """Outcome of :func:`run`: final history, the records written by this call, the directory."""
+
+    history: History
+    records: list[dict[str, Any]]
+    path: pathlib.Path
+
+
+def _plot(run_dir: Any, cfg: Lambo2Config) -> None:
+    from llome_jax.rundir import plot_regret_curves
+
+    rounds = run_dir.rounds()
+    if not rounds:
+        return
+    x = np.asarray([r["num_evaluations"] for r in rounds], float)
+    y = np.asarray([r["min_regret"] for r in rounds], float)
+    plot_regret_curves(
+        {"LaMBO-2": [(x, y)]},
+        run_dir.path / run_dir.REGRET_PLOT,
+        title=f"LaMBO-2 on {cfg.function} (seed {cfg.seed})",
+        log_x=False,
+    )
+
+
+def run(
+    cfg: Lambo2Config,
+    out: str | pathlib.Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    max_rounds_this_call: int | None = None,
+    mesh: Any = None,
+    log: Callable[[str], None] = print,
+    extra_config: Mapping[str, Any] | None = None,
+) -> RunResult:
+    """Run (or resume) LaMBO-2 into the run directory ``out``.
+
+    Order per round: compute, append ``evaluated.csv`` and ``rounds.jsonl``, then checkpoint; a
+    resume rolls the logs back to the newest readable checkpoint and recomputes the rest
+    (identically), so no labelled sequence is lost or duplicated.
+
+    Raises:
+      ValueError: unknown function, bad configuration, or a resume whose configuration differs
+        (except ``rounds``); nothing is written then.
+    """
+    from llome_jax import ehrlich, ga
+    from llome_jax.checkpoint import CheckpointManager
+    from llome_jax.rundir import RunDirectory, round_metrics
+
+    fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
+    x0 = ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed)
+    mc = cfg.model_config(fn.config.num_states, fn.config.dim)
+    ga_config = ga.GAConfig(num_particles=cfg.ga_particles)
+    if mesh is not None and cfg.num_samples % mesh.size:
+        raise ValueError(
+            f"num_samples={cfg.num_samples} is not divisible by the {mesh.size} mesh devices."
+        )
+    config = {"optimizer": "lambo2", **cfg.to_dict(), **dict(extra_config or {})}
+    run_dir = RunDirectory.create(
+        out, config, resume=resume, mutable_keys=("rounds", "resume", "out")
+    )
+    abstract = jax.eval_shape(lambda k: lambo_model.init_params(k, mc), jax.random.key(0))
+    records: list[dict[str, Any]] = []
+    ga_evaluations = cfg.ga_generations * cfg.ga_particles
+    with CheckpointManager(run_dir.checkpoint_dir, max_to_keep=2) as manager:
+        restored = manager.restore_latest_good(abstract) if resume else None
+        if restored is None:
+            run_dir.rollback(-1)
+            t0 = time.perf_counter()
+            archive = ga.run_archive(
+                jax.random.fold_in(_round_key(cfg, 0), 0), fn, x0, cfg.ga_generations, ga_config
+            )
+            ax, ay, _ = archive.to_numpy()
+            ay = np.where(np.isfinite(ay), ay, -np.inf)
+            history = History(
+                ax.astype(np.int32), ay.astype(np.float64), np.zeros(len(ay), np.int64)
+            )
+            run_dir.log_evaluated(0, history.x, history.y)
+            theta_init, losses = initial_fit(cfg, mc, history)
+            record = round_metrics(
+                0,
+                history.x,
+                history.y,
+                history.y,
+                num_generated=ga_evaluations,
+                num_evaluations=ga_evaluations,
+                train_loss=float(losses[-1].mean()),
+                seconds=time.perf_counter() - t0,
+                best_value=float(np.max(history.y)),
+            )
+            records.append(run_dir.log_round(record))
+            done = 0
+            manager.save(0, theta_init, {"round": 0, "history": history.to_json()})
+            if progress:
+                log(
+                    f"round 0 (GA {cfg.ga_generations}x{cfg.ga_particles}, initial fit): "
+                    f"{len(history.y)} distinct sequences, min regret {record['min_regret']:.4f}"
+                )
+        else:
+            done, theta_init, metadata = restored
+            history = History.from_json(metadata["history"])
+            run_dir.rollback(done)
+            if progress:
+                log(f"resuming {run_dir.path} after round {done}")
+        for calls, round_index in enumerate(range(done + 1, cfg.rounds + 1)):
+            if max_rounds_this_call is not None and calls >= max_rounds_this_call:
+                break
+            t0 = time.perf_counter()
+            history, metrics = lambo2_round(cfg, fn, theta_init, history, round_index, mesh=mesh)
+            x, y = metrics.pop("x"), metrics.pop("y")
+            run_dir.log_evaluated(round_index, x, y)
+            record = round_metrics(
+                round_index,
+                x,
+                y,
+                history.y,
+                num_generated=cfg.num_samples,
+                num_evaluations=ga_evaluations + round_index * cfg.num_samples,
+                seconds=time.perf_counter() - t0,
+                best_value=float(np.max(history.y)),
+                **metrics,
+            )
+            records.append(run_dir.log_round(record))
+            _plot(run_dir, cfg)
+            manager.save(
+                round_index, theta_init, {"round": round_index, "history": history.to_json()}
+            )
+            if progress:
+                log(
+                    f"round {round_index}: min regret {record['min_regret']:.4f}, feasible "
+                    f"{record['frac_feasible']:.2f}, unique {record['frac_unique']:.2f}, "
+                    f"train {metrics['seconds_train']:.1f}s, design "
+                    f"{metrics['seconds_design']:.1f}s"
+                )
+        _plot(run_dir, cfg)
+    return RunResult(history=history, records=records, path=run_dir.path)
+
+
+def expected_oracle_calls(cfg: Lambo2Config) -> int:
+    """``n0 * n_GA + R n``: the run's total oracle budget (paper: 10K + 20K on f2)."""
+    return cfg.ga_generations * cfg.ga_particles + cfg.rounds * cfg.num_samples

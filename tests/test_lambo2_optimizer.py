@@ -1,0 +1,98 @@
+"""LaMBO-2 end to end on the smoke preset: run directory, checkpoints, resume, CLI errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+from llome_jax import rundir
+from llome_jax.commands import lambo2 as command
+from llome_jax.lambo2 import optimizer
+
+
+def _smoke(**overrides):
+    # the spec's end-to-end size: Ehr(4,8)-1-2-2, n 32, E 2, S 4, M 2, K_g 2, two rounds
+    return optimizer.preset("smoke", function="Ehr(4,8)-1-2-2", instance_seed=1, **overrides)
+
+
+def _records_without_timings(path):
+    records = rundir.RunDirectory(path).rounds()
+    return [{k: v for k, v in r.items() if not k.startswith("seconds")} for r in records]
+
+
+def test_smoke_run_resume_equals_uninterrupted(tmp_path):
+    cfg = _smoke(rounds=2)
+    full = optimizer.run(cfg, tmp_path / "full", progress=False)
+    rounds, x, y = rundir.RunDirectory(full.path).evaluated()
+    n0 = int((rounds == 0).sum())
+    # every labelled sequence is logged: GA archive (round 0) + n per round
+    assert len(y) == n0 + 2 * cfg.num_samples
+    np.testing.assert_array_equal(np.bincount(rounds), [n0, cfg.num_samples, cfg.num_samples])
+    assert x.shape[1] == 8 and x.min() >= 0 and x.max() < 4
+    records = rundir.RunDirectory(full.path).rounds()
+    assert [r["round"] for r in records] == [0, 1, 2]
+    assert set(rundir.ROUND_FIELDS) <= set(records[1])
+    ga_calls = cfg.ga_generations * cfg.ga_particles
+    assert [r["num_evaluations"] for r in records] == [ga_calls, ga_calls + 32, ga_calls + 64]
+    assert all(np.isfinite(r["train_loss"]) for r in records)
+    assert records[2]["min_regret"] <= records[0]["min_regret"]
+    assert (full.path / "regret.png").exists() and (full.path / "config.json").exists()
+    assert len(full.history.y) == n0 + 64  # the history grows by n per round
+    np.testing.assert_array_equal(np.bincount(full.history.t), [n0, 32, 32])
+
+    # interrupted after round 1, then resumed with more rounds allowed
+    part = tmp_path / "part"
+    optimizer.run(_smoke(rounds=2), part, progress=False, max_rounds_this_call=1)
+    assert [r["round"] for r in rundir.RunDirectory(part).rounds()] == [0, 1]
+    with open(part / "rounds.jsonl", "a") as stream:  # a half-written round 2 must be rolled back
+        stream.write(json.dumps({"round": 2, "min_regret": 0.5}) + "\n")
+    resumed = optimizer.run(_smoke(rounds=2), part, resume=True, progress=False)
+    assert _records_without_timings(part) == _records_without_timings(full.path)
+    for a, b in zip(
+        rundir.RunDirectory(part).evaluated(), rundir.RunDirectory(full.path).evaluated()
+    ):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(resumed.history.x, full.history.x)
+
+    # a resume with another configuration is refused before anything is written
+    with pytest.raises(ValueError, match="configuration differs"):
+        optimizer.run(_smoke(rounds=2, alpha=0.5), part, resume=True, progress=False)
+    with pytest.raises(ValueError, match="already holds a run"):
+        optimizer.run(cfg, part, progress=False)
+
+
+def test_bad_input_gives_clear_messages(tmp_path):
+    def args(**kw):
+        base = dict(
+            function="f2",
+            instance_seed=None,
+            preset="smoke",
+            rounds=None,
+            seed=0,
+            out=str(tmp_path / "x"),
+            resume=False,
+            num_samples=None,
+            epochs=None,
+            design_steps=None,
+            devices=None,
+            no_progress=True,
+        )
+        return argparse.Namespace(**{**base, **kw})
+
+    with pytest.raises(ValueError, match="unknown preset"):
+        command.build_config(args(preset="huge"))
+    with pytest.raises(ValueError):
+        command.build_config(args(function="f9"))
+    with pytest.raises(ValueError, match="rounds"):
+        command.build_config(args(rounds=0))
+    cfg = command.build_config(args(epochs=3, design_steps=5, num_samples=16))
+    assert (cfg.train.epochs, cfg.design.num_steps, cfg.num_samples) == (3, 5, 16)
+    assert cfg.train.batch_size == 16  # the preset's nested settings are kept
+    with pytest.raises(ValueError, match="cannot resume"):
+        optimizer.run(_smoke(), tmp_path / "missing", resume=True, progress=False)
+    assert not (tmp_path / "missing" / "rounds.jsonl").exists()
+    with pytest.raises(ValueError, match="version"):
+        optimizer.preset("smoke", design={"version": "v9"})
