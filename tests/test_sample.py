@@ -348,3 +348,25 @@ def test_processed_logprobs_match_hf_logits_processors(tmp_path, model):
         np.testing.assert_allclose(np.asarray(gen.logprobs)[row], expected, atol=1e-4)
     hf_sum = _picked(torch.log_softmax(step_logits, -1).numpy(), tokens).sum(1)
     np.testing.assert_allclose(np.asarray(gen.logprobs_raw).sum(1), hf_sum, atol=1e-3)
+
+
+def test_topk_candidate_sampling_handles_ties_exactly():
+    """More ties at the k-th value than the candidate slack: the exact full draw is used."""
+    from llome_jax.lm.sample import _sample
+
+    v = 200
+    tied = np.full((1, v), -np.inf, np.float32)
+    tied[0, 50:80] = 1.0  # 30 tied entries, top_k = 2 keeps all of them (HF semantics)
+    tied = jnp.asarray(np.repeat(tied, 3000, axis=0))
+    draws = np.asarray(jax.jit(_sample, static_argnums=2)(jax.random.key(0), tied, 2))
+    assert set(np.unique(draws)) == set(range(50, 80))
+    counts = np.bincount(draws, minlength=v)[50:80]
+    assert np.abs(counts / 3000 - 1 / 30).max() < 4 * np.sqrt((1 / 30) / 3000)
+    # Normal case (few ties): candidates only, exact frequencies.
+    z = np.full((1, v), -np.inf, np.float32)
+    z[0, [3, 9, 77]] = [0.0, 1.0, 2.0]
+    z = jnp.asarray(np.repeat(z, 3000, axis=0))
+    draws = np.asarray(jax.jit(_sample, static_argnums=2)(jax.random.key(1), z, 3))
+    p = np.exp([0.0, 1.0, 2.0]) / np.exp([0.0, 1.0, 2.0]).sum()
+    freq = np.bincount(draws, minlength=v)[[3, 9, 77]] / 3000
+    assert np.bincount(draws, minlength=v).sum() == 3000 and np.abs(freq - p).max() < 0.03

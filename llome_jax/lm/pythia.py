@@ -215,7 +215,7 @@ class KVCache:
     """Keys and values of every layer for ``S`` slots.
 
     Attributes:
-      key: one ``[B, S, heads, head_dim]`` array per layer (compute dtype), rotary applied.
+      key: one ``[B, heads, S, head_dim]`` array per layer (compute dtype), rotary applied.
       value: same shapes.
 
     Per-layer arrays (not one stacked array) so that the decoding loop updates each in place.
@@ -316,7 +316,7 @@ class Attention(nnx.Module):
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
         """``x [B, T, H]``, mask ``[B, T, S]`` -> ``([B, T, H], updated (k, v) cache or None)``.
 
-        Without a cache ``S = T``; with a cache ``(k, v) [B, S, heads, head_dim]`` the new keys
+        Without a cache ``S = T``; with a cache ``(k, v) [B, heads, S, head_dim]`` the new keys
         and values are written at slots ``index .. index + T - 1`` first.
         """
         cfg = self.config
@@ -326,19 +326,20 @@ class Attention(nnx.Module):
         q, k, v = qkv[..., :hd], qkv[..., hd : 2 * hd], qkv[..., 2 * hd :]
         q = _apply_rotary(q, cos, sin, cfg.rotary_ndims)
         k = _apply_rotary(k, cos, sin, cfg.rotary_ndims)
+        k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, heads, T, head_dim]
         new_cache = None
         if cache is not None:
             k_cache, v_cache = cache
             zero = jnp.zeros((), jnp.int32)
-            start = (zero, jnp.asarray(index, jnp.int32), zero, zero)
+            start = (zero, zero, jnp.asarray(index, jnp.int32), zero)
             k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), start)
             v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
             new_cache = (k, v)
-        scores = jnp.einsum("bthd,bshd->bhts", q, k, preferred_element_type=jnp.float32)
+        scores = jnp.einsum("bthd,bhsd->bhts", q, k, preferred_element_type=jnp.float32)
         scores = scores * jnp.float32(hd**-0.5)
         scores = jnp.where(mask[:, None], scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-        y = jnp.einsum("bhts,bshd->bthd", probs, v).reshape(b, t, nh * hd)
+        y = jnp.einsum("bhts,bhsd->bthd", probs, v).reshape(b, t, nh * hd)
         return self.dense(y), new_cache
 
 
@@ -457,7 +458,7 @@ class Pythia(nnx.Module):
     def init_cache(self, batch_size: int, num_slots: int) -> KVCache:
         """An all-zero :class:`KVCache` with ``num_slots`` slots in the compute dtype."""
         cfg = self.config
-        shape = (batch_size, num_slots, cfg.num_attention_heads, cfg.head_dim)
+        shape = (batch_size, cfg.num_attention_heads, num_slots, cfg.head_dim)
         dtype = _DTYPES[cfg.compute_dtype]
         n = cfg.num_hidden_layers
         return KVCache(
