@@ -3,7 +3,8 @@
 Starting from a reference configuration, each parameter is varied on its own; for every setting the
 paper's GA (n = 1000, alpha = 0.1, p_m = 0.005, p_r = 0.0882) runs on several instances (instance
 seed = run seed, so the spread covers both the function and the optimizer's randomness), all seeds
-of one setting vmapped in a single jitted call. Writes a CSV of min-regret curves and a PNG with one
+of one setting vmapped in a single jitted call. When k varies, q follows it (q = k, the reference's
+dense signal), since q must lie in [1, k]. Writes a CSV of min-regret curves and a PNG with one
 panel per parameter.
 
     python experiments/ga_difficulty.py --out results/ga_difficulty            # ~5 min on 2 cores
@@ -81,7 +82,11 @@ def main() -> None:
     for axis, (symbol, (field, values)) in zip(axes, VARIATIONS.items()):
         curves = {}
         for value in values:
-            config = dataclasses.replace(REFERENCE, **{field: value})
+            changes = {field: value}
+            if field == "motif_length":
+                # q must divide k and lie in [1, k]: keep the reference's dense q = k
+                changes["quantization"] = value
+            config = dataclasses.replace(REFERENCE, **changes)
             if config not in cache:
                 started = time.perf_counter()
                 cache[config] = run_setting(config, seeds, args.generations)
