@@ -152,6 +152,7 @@ class LoopConfig:
         fresh optimizer every round (the reference re-initialises it with each trainer).
       first_round_epochs: epochs of round 1 (SFT on the GA data; ``None``: ``epochs``). A
         from-scratch model must first learn the output format there.
+      first_round_learning_rate: learning rate of round 1 (``None``: ``learning_rate``).
       max_train_examples: random subset of the round's pairs/triples (``None``: all) - a CPU knob.
       marge_group_size: self-normalisation group (``None``: the whole batch, paper; 1: reference).
       kl_weight: MargE/REINFORCE ``lambda`` override (``None``: 10).
@@ -190,6 +191,7 @@ class LoopConfig:
     dpo_warmup_steps: int = 150
     epochs: int = 1
     first_round_epochs: int | None = None
+    first_round_learning_rate: float | None = None
     batch_size: int = 64
     num_microbatches: int = 1
     max_grad_norm: float | None = 1.0
@@ -456,9 +458,12 @@ def _initial_params(model: Any) -> Any:
 # --------------------------------------------------------------------------------------------
 # Optimizers and train steps (cached: a new optimizer config means a new compilation)
 # --------------------------------------------------------------------------------------------
-def _optimizer_config(cfg: LoopConfig, loss: str, total_steps: int) -> Any:
+def _optimizer_config(cfg: LoopConfig, loss: str, total_steps: int, round_index: int = 2) -> Any:
     from llome_jax.train import paper_optimizer
 
+    learning_rate = cfg.learning_rate
+    if round_index == 1 and cfg.first_round_learning_rate is not None:
+        learning_rate = cfg.first_round_learning_rate
     if loss == "dpo":
         return paper_optimizer(
             "dpo",
@@ -469,7 +474,7 @@ def _optimizer_config(cfg: LoopConfig, loss: str, total_steps: int) -> Any:
     return paper_optimizer(
         loss,
         max(total_steps, 1),
-        learning_rate=cfg.learning_rate,
+        learning_rate=learning_rate,
         weight_decay=cfg.weight_decay,
         warmup_steps=cfg.warmup_steps,
     )
@@ -638,6 +643,7 @@ def _train(
     params: Any,
     progress: bool,
     epochs: int | None = None,
+    round_index: int = 2,
 ) -> tuple[Any, Any, float]:
     """Train ``params`` for ``cfg.epochs`` epochs on ``data``; returns (params, opt_state, loss)."""
     from llome_jax import parallel
@@ -656,7 +662,7 @@ def _train(
     epochs = cfg.epochs if epochs is None else epochs
     steps_per_epoch = math.ceil(n / bsz)
     total = steps_per_epoch * epochs
-    opt_config = _optimizer_config(cfg, loss, total)
+    opt_config = _optimizer_config(cfg, loss, total, round_index)
     step = _train_step(cfg, loss, opt_config)
     optimizer = make_optimizer(opt_config)
     ids = np.concatenate(data["ids"])  # [R, T] with R = n (pairs) or 2n (DPO: chosen; rejected)
