@@ -72,3 +72,9 @@ __all__ = [
     "temperatures",
     "train_val_split",
 ]
+
+# The bilevel loop (llome_jax.llome.loop) and its named configurations (presets).
+from llome_jax.llome.loop import LoopConfig, LoopState, llome_round
+from llome_jax.llome.presets import PRESETS, preset
+
+__all__ += ["PRESETS", "LoopConfig", "LoopState", "llome_round", "preset"]
