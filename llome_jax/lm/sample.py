@@ -113,7 +113,9 @@ def process_logits(
     t = jnp.where(temperature > 0, temperature, 1.0).astype(jnp.float32)
     scaled = raw / t[:, None]
     if top_k is not None and top_k < v:
-        kth = jax.lax.top_k(scaled, top_k)[0][:, -1:]
+        # The barrier keeps XLA:CPU's fast TopK kernel: when only the k-th column is used, XLA
+        # rewrites top_k into a full sort of the vocabulary (~100x slower at V = 50304).
+        kth = jax.lax.optimization_barrier(jax.lax.top_k(scaled, top_k)[0])[:, -1:]
         scaled = jnp.where(scaled < kth, -jnp.inf, scaled)
     return raw, scaled
 
@@ -134,7 +136,7 @@ def _sample(key: jax.Array, processed: jax.Array, top_k: int | None) -> jax.Arra
     v = processed.shape[-1]
     if top_k is None or top_k + _TIE_SLACK >= v:
         return jax.random.categorical(key, processed, axis=-1)
-    values, index = jax.lax.top_k(processed, top_k + _TIE_SLACK)
+    values, index = jax.lax.optimization_barrier(jax.lax.top_k(processed, top_k + _TIE_SLACK))
     finite = jnp.sum(jnp.isfinite(processed), axis=-1)
 
     def candidates() -> jax.Array:
