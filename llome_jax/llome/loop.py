@@ -153,6 +153,8 @@ class LoopConfig:
       first_round_epochs: epochs of round 1 (SFT on the GA data; ``None``: ``epochs``). A
         from-scratch model must first learn the output format there.
       first_round_learning_rate: learning rate of round 1 (``None``: ``learning_rate``).
+      first_round_min_steps: round 1 trains for at least this many optimizer steps (more epochs
+        when the GA data gives few pairs: f2's GA data gives only ~500 after the infeasible cap).
       max_train_examples: random subset of the round's pairs/triples (``None``: all) - a CPU knob.
       marge_group_size: self-normalisation group (``None``: the whole batch, paper; 1: reference).
       kl_weight: MargE/REINFORCE ``lambda`` override (``None``: 10).
@@ -192,6 +194,7 @@ class LoopConfig:
     epochs: int = 1
     first_round_epochs: int | None = None
     first_round_learning_rate: float | None = None
+    first_round_min_steps: int = 0
     batch_size: int = 64
     num_microbatches: int = 1
     max_grad_norm: float | None = 1.0
@@ -490,10 +493,26 @@ def _train_step(cfg: LoopConfig, loss: str, opt_config: Any) -> Any:
         get_loss(loss),
         res.model,
         make_optimizer(opt_config),
-        num_microbatches=cfg.num_microbatches,
+        num_microbatches=_microbatches(cfg, res.mesh),
         max_grad_norm=cfg.max_grad_norm,
         mesh=res.mesh,
     )
+
+
+def _microbatches(cfg: LoopConfig, mesh: Any) -> int:
+    """The largest ``M <= cfg.num_microbatches`` with ``batch_size % (M * devices) == 0``.
+
+    (Paper: 64 = 32 accumulation steps x 2 GPUs x 1; on 8 devices that becomes 8 x 8 x 1.)
+    """
+    devices = 1 if mesh is None else int(mesh.devices.size)
+    if cfg.batch_size % devices:
+        raise ValueError(
+            f"batch_size {cfg.batch_size} must be divisible by the {devices} data-parallel devices"
+        )
+    m = max(1, min(cfg.num_microbatches, cfg.batch_size // devices))
+    while cfg.batch_size % (m * devices):
+        m -= 1
+    return m
 
 
 def _loss_params(cfg: LoopConfig, loss: str) -> Any:
@@ -661,6 +680,8 @@ def _train(
     bsz = cfg.batch_size
     epochs = cfg.epochs if epochs is None else epochs
     steps_per_epoch = math.ceil(n / bsz)
+    if round_index == 1 and cfg.first_round_min_steps:
+        epochs = max(epochs, math.ceil(cfg.first_round_min_steps / steps_per_epoch))
     total = steps_per_epoch * epochs
     opt_config = _optimizer_config(cfg, loss, total, round_index)
     step = _train_step(cfg, loss, opt_config)

@@ -58,6 +58,7 @@ _CPU: dict[str, Any] = dict(
     ga_particles=1000,
     first_round_learning_rate=1e-2,
     first_round_epochs=12,
+    first_round_min_steps=240,
     learning_rate=3e-3,
     dpo_learning_rate=3e-4,
     dpo_warmup_steps=10,
