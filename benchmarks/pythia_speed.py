@@ -1,0 +1,266 @@
+"""Pythia-70M-size speed on this machine: llome_jax (JAX/NNX) vs transformers (PyTorch).
+
+Three measurements on the *same* random weights (ours are exported to torch with
+``convert.hf_tensors``):
+
+1. forward: logits for a batch of 8 x 128 tokens (tokens/s);
+2. one training step: SFT loss on the target half of each sequence, AdamW, gradient clipping
+   (ours: ``llome_jax.train.make_train_step`` with ``LOSSES["sft"]``; torch: forward, token-mean
+   cross-entropy, backward, ``clip_grad_norm_``, ``AdamW.step``);
+3. decoding: 8 left-padded prompts x 64 new tokens, greedy (ours: ``sample.generate``, one
+   jitted while-loop with a KV cache; torch: ``GPTNeoXForCausalLM.generate``), new tokens/s.
+   Ours is also timed for temperature/top-k sampling.
+
+The CPU is shared, so the two implementations are measured *interleaved* (ours, torch, ours,
+...) and medians are reported; compilation is excluded (one warm-up call each) and reported
+separately. Writes ``benchmarks/results/pythia_speed.json``.
+
+Usage::
+
+    python benchmarks/pythia_speed.py [--reps 5] [--train-reps 3] [--preset 70m]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import statistics
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def _median_interleaved(fns: dict, reps: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="70m")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--prompt", type=int, default=32, help="decoding prompt length")
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--train-reps", type=int, default=3)
+    parser.add_argument("--skip-train", action="store_true")
+    parser.add_argument(
+        "--out", default=str(pathlib.Path(__file__).parent / "results" / "pythia_speed.json")
+    )
+    args = parser.parse_args()
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+    import transformers
+    from flax import nnx
+
+    from llome_jax.lm import convert
+    from llome_jax.lm.pythia import Pythia, PythiaConfig, num_parameters
+    from llome_jax.lm.sample import SampleConfig, generate
+    from llome_jax.losses import LOSSES, default_params
+    from llome_jax.train import (
+        OptimizerConfig,
+        TrainBatch,
+        init_train_state,
+        make_optimizer,
+        make_train_step,
+    )
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    config = PythiaConfig.preset(args.preset)
+    model = nnx.jit(lambda: Pythia(config, rngs=nnx.Rngs(0)))()
+    hf_cfg = convert.hf_config_dict(config, spelling="transformers5")
+    tmodel = transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(**hf_cfg)).eval()
+    exported = convert.hf_tensors(model, head_name="lm_head.weight")
+    state = {k: torch.from_numpy(v.copy()) for k, v in exported.items()}
+    missing, unexpected = tmodel.load_state_dict(state, strict=False)
+    assert not unexpected and all("rotary" in m or "masked_bias" in m for m in missing), missing
+    print(f"Pythia-{args.preset}: {num_parameters(model):,} parameters; torch attention "
+          f"implementation: {tmodel.config._attn_implementation}; {os.cpu_count()} CPUs")
+
+    b, t = args.batch, args.seq
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 50000, (b, t)).astype(np.int32)
+    mask = np.ones_like(ids)
+    results: dict[str, dict] = {}
+
+    # ---------------------------------------------------------------- forward
+    graphdef, params = nnx.split(model)
+
+    @jax.jit
+    def forward(params, ids, mask):
+        return nnx.merge(graphdef, params)(ids, mask)
+
+    jids, jmask = jnp.asarray(ids), jnp.asarray(mask)
+    start = time.perf_counter()
+    ref = np.asarray(forward(params, jids, jmask))
+    compile_fwd = time.perf_counter() - start
+    tids, tmask = torch.tensor(ids, dtype=torch.long), torch.tensor(mask)
+    with torch.no_grad():
+        diff = float(np.abs(tmodel(tids, attention_mask=tmask).logits.numpy() - ref).max())
+    print(f"forward parity: max |logit diff| = {diff:.2e}")
+
+    def ours_fwd():
+        forward(params, jids, jmask).block_until_ready()
+
+    def torch_fwd():
+        with torch.no_grad():
+            return tmodel(tids, attention_mask=tmask).logits
+
+    times = _median_interleaved({"ours": ours_fwd, "torch": torch_fwd}, args.reps)
+    results["forward"] = {
+        "shape": [b, t],
+        "ours_s": statistics.median(times["ours"]),
+        "torch_s": statistics.median(times["torch"]),
+        "ours_compile_s": compile_fwd,
+        "max_abs_logit_diff": diff,
+        "all_s": times,
+    }
+
+    # ---------------------------------------------------------------- train step
+    if not args.skip_train:
+        target = np.zeros_like(ids)
+        target[:, t // 2 :] = 1
+        batch = TrainBatch.create(ids, target, mask)
+        opt = make_optimizer(OptimizerConfig(learning_rate=1e-5, total_steps=1000, weight_decay=0.0))
+        step = make_train_step(LOSSES["sft"], model, opt)
+        hparams = default_params("sft")
+        train_state = [init_train_state(jax.random.key(0), model, opt)]
+        start = time.perf_counter()
+        train_state[0], metrics = step(train_state[0], batch, hparams)
+        jax.block_until_ready(metrics)
+        compile_train = time.perf_counter() - start
+
+        def ours_train():
+            train_state[0], m = step(train_state[0], batch, hparams)
+            jax.block_until_ready(m)
+
+        tmodel.train()
+        topt = torch.optim.AdamW(tmodel.parameters(), lr=1e-5, weight_decay=0.0)
+        labels = tids.clone()
+        labels[:, : t // 2] = -100
+
+        def torch_train():
+            topt.zero_grad(set_to_none=True)
+            logits = tmodel(tids, attention_mask=tmask).logits[:, :-1]
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100
+            )
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(tmodel.parameters(), 1.0)
+            topt.step()
+
+        torch_train()  # warm-up (allocates optimizer state)
+        times = _median_interleaved({"ours": ours_train, "torch": torch_train}, args.train_reps)
+        tmodel.eval()
+        results["train_step"] = {
+            "shape": [b, t],
+            "ours_s": statistics.median(times["ours"]),
+            "torch_s": statistics.median(times["torch"]),
+            "ours_compile_s": compile_train,
+            "all_s": times,
+        }
+        # torch's weights changed: reload ours for the decoding comparison
+        tmodel.load_state_dict(state, strict=False)
+
+    # ---------------------------------------------------------------- decoding
+    p, n = args.prompt, args.new_tokens
+    prompts = rng.integers(1, 50000, (b, p)).astype(np.int32)
+    pmask = np.ones_like(prompts)
+    for i in range(b):
+        pmask[i, : i % 4] = 0
+    prompts[pmask == 0] = 0
+    greedy_cfg = SampleConfig(max_new_tokens=n, top_k=50)
+    key = jax.random.key(0)
+    start = time.perf_counter()
+    gen = generate(key, model, prompts, pmask, greedy_cfg, temperature=0.0)
+    jax.block_until_ready(gen)
+    compile_dec = time.perf_counter() - start
+    generate(key, model, prompts, pmask, greedy_cfg, temperature=1.0).tokens.block_until_ready()
+    tprompts, tpmask = torch.tensor(prompts, dtype=torch.long), torch.tensor(pmask)
+
+    def hf_generate():
+        with torch.no_grad():
+            return tmodel.generate(tprompts, attention_mask=tpmask, do_sample=False,
+                                   max_new_tokens=n, min_new_tokens=n, pad_token_id=0,
+                                   eos_token_id=None)
+
+    hf_tokens = hf_generate()[:, p:].numpy()
+    same = float((hf_tokens == np.asarray(gen.tokens)).mean())
+    print(f"greedy decoding: {same:.1%} of tokens identical to HF generate")
+
+    def ours_greedy():
+        generate(key, model, prompts, pmask, greedy_cfg, temperature=0.0).tokens.block_until_ready()
+
+    def ours_sample():
+        generate(key, model, prompts, pmask, greedy_cfg, temperature=1.0).tokens.block_until_ready()
+
+    times = _median_interleaved(
+        {"ours": ours_greedy, "torch": hf_generate, "ours_sample": ours_sample}, args.reps
+    )
+    results["decode"] = {
+        "batch": b,
+        "prompt": p,
+        "new_tokens": n,
+        "ours_s": statistics.median(times["ours"]),
+        "torch_s": statistics.median(times["torch"]),
+        "ours_sample_s": statistics.median(times["ours_sample"]),
+        "ours_compile_s": compile_dec,
+        "greedy_token_agreement": same,
+        "all_s": times,
+    }
+
+    # ---------------------------------------------------------------- report
+    rows = []
+    fw = results["forward"]
+    rows.append(("forward 8x128", b * t / fw["ours_s"], b * t / fw["torch_s"],
+                 fw["torch_s"] / fw["ours_s"], "tokens/s", 1.5))
+    if "train_step" in results:
+        tr = results["train_step"]
+        rows.append(("train step 8x128 (SFT, AdamW)", b * t / tr["ours_s"], b * t / tr["torch_s"],
+                     tr["torch_s"] / tr["ours_s"], "tokens/s", None))
+    de = results["decode"]
+    rows.append((f"greedy decode {b}x{n} new", b * n / de["ours_s"], b * n / de["torch_s"],
+                 de["torch_s"] / de["ours_s"], "new tokens/s", 3.0))
+    rows.append((f"sampled decode {b}x{n} (T=1,k=50)", b * n / de["ours_sample_s"],
+                 b * n / de["torch_s"], de["torch_s"] / de["ours_sample_s"], "new tokens/s", None))
+    print(f"\n{'measurement':38s} {'ours':>12s} {'torch':>12s} {'speed-up':>9s}  unit (target)")
+    for name, ours, theirs, ratio, unit, target in rows:
+        goal = f">= {target}x" if target else ""
+        print(f"{name:38s} {ours:12.1f} {theirs:12.1f} {ratio:8.2f}x  {unit} {goal}")
+    print(f"compile (excluded above): forward {fw['ours_compile_s']:.1f}s, "
+          + (f"train step {results['train_step']['ours_compile_s']:.1f}s, "
+             if "train_step" in results else "")
+          + f"decode {de['ours_compile_s']:.1f}s")
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "preset": args.preset,
+        "parameters": num_parameters(model),
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "jax": jax.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "torch_attn_implementation": tmodel.config._attn_implementation,
+        "load_average": os.getloadavg(),
+    }
+    rows_json = [dict(zip(("name", "ours", "torch", "speedup", "unit", "target"), r)) for r in rows]
+    out.write_text(json.dumps({"meta": meta, "results": results, "table": rows_json}, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
