@@ -101,6 +101,11 @@ def test_smoke_run_files_and_invariants(smoke_run: pathlib.Path) -> None:
         assert 0.0 <= record["frac_unique"] <= 1.0
         assert np.isfinite(record["train_loss"]) and np.isfinite(record["seconds"])
         assert record["temperature_offset"] in (0.0, 0.2, 0.4, 0.6)
+        steps = cfg.epochs * -(-min(record["num_pairs"], cfg.max_train_examples) // cfg.batch_size)
+        assert record["train_steps"] == steps
+    # Round 1 (SFT on the GA data) has its own learning rate; later rounds the preset's.
+    assert records[1]["learning_rate"] == cfg.first_round_learning_rate == 1e-2
+    assert records[2]["learning_rate"] == cfg.learning_rate == 5e-3
 
     # The checkpoint of the last round holds exactly the logged archive.
     with CheckpointManager(out / "checkpoints") as manager:
@@ -229,7 +234,8 @@ def test_resume_with_another_configuration_changes_nothing(
 
 
 def test_data_parallel_training_equals_single_device() -> None:
-    """One epoch of round-1 training sharded over the 8 fake devices == on one device."""
+    """One epoch of DPO training (triples, reference log-probs, RMSprop) sharded over the 8 fake
+    devices == on one device (MargE/SFT run end to end in the smoke run)."""
     assert jax.device_count() == 8
     single = preset("smoke", max_train_examples=64)
     sharded = dataclasses.replace(single, data_parallel=True)
@@ -237,14 +243,25 @@ def test_data_parallel_training_equals_single_device() -> None:
     x, v = state.latest()
     results = []
     for cfg in (single, sharded):
-        data = loop._training_data(jax.random.key(1), cfg, "marge", x, v)
-        assert data["units"] == 64
-        params, _, loss = loop._train(jax.random.key(2), cfg, "marge", data, state.params, False, 1)
+        data = loop._training_data(jax.random.key(1), cfg, "dpo", x, v)
+        assert data["units"] == 64 and data["num_candidates"] > 64
+        params, _, loss, _ = loop._train(
+            jax.random.key(2), cfg, "dpo", data, state.params, False, 1
+        )
         results.append((params, loss))
     assert loop._resources(sharded).mesh is not None and loop._resources(single).mesh is None
     (p1, l1), (p8, l8) = results
     assert l1 == pytest.approx(l8, rel=1e-5)
-    # Two AdamW steps at lr 1e-2: Adam's normalised update amplifies float32 reduction-order
-    # noise in near-zero gradients; 2e-5 is 0.1 % of one step's update size.
-    for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p8)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=2e-5)
+    # Two steps: the normalised (Adam/RMSprop) update divides float32 reduction-order noise by
+    # near-zero gradients, so a handful of elements can move by a visible fraction of one step
+    # (RMSprop's first step is ~10 lr = 1e-2). All but 0.1 % must agree to 2e-5, all to 1e-3.
+    leaves = list(zip(jax.tree.leaves(p1), jax.tree.leaves(p8)))
+    assert leaves
+    close, total = 0, 0
+    for a, b in leaves:
+        a, b = np.asarray(a), np.asarray(b)
+        diff = np.abs(a - b)
+        assert diff.max() <= 1e-3
+        close += int(np.sum(diff <= 2e-5 + 1e-4 * np.abs(b)))
+        total += diff.size
+    assert close >= 0.999 * total

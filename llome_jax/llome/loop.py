@@ -663,8 +663,8 @@ def _train(
     progress: bool,
     epochs: int | None = None,
     round_index: int = 2,
-) -> tuple[Any, Any, float]:
-    """Train ``params`` for ``cfg.epochs`` epochs on ``data``; returns (params, opt_state, loss)."""
+) -> tuple[Any, Any, float, dict[str, Any]]:
+    """Train ``params`` on ``data``: ``(params, opt_state, mean loss, {train_steps, learning_rate})``."""
     from llome_jax import parallel
     from llome_jax.losses import LossBatch
     from llome_jax.train import (
@@ -743,7 +743,8 @@ def _train(
                 losses.append(metrics["loss"])
                 bar.update(1)
     train_loss = float(np.mean(jax.device_get(losses))) if losses else float("nan")
-    return state.params, state.opt_state, train_loss
+    info = {"train_steps": total, "learning_rate": opt_config.learning_rate}
+    return state.params, state.opt_state, train_loss, info
 
 
 def llome_round(
@@ -786,7 +787,9 @@ def llome_round(
     t = time.perf_counter()
     reference_params = state.params
     epochs = cfg.first_round_epochs if r == 1 and cfg.first_round_epochs else cfg.epochs
-    params, opt_state, train_loss = _train(k_train, cfg, loss, data, state.params, progress, epochs)
+    params, opt_state, train_loss, train_info = _train(
+        k_train, cfg, loss, data, state.params, progress, epochs, r
+    )
     times["time_train"] = time.perf_counter() - t
 
     # Seeds: TopK(S_i, n_s) (paper) or the top training rows by target value (reference).
@@ -907,6 +910,7 @@ def llome_round(
     )
     metrics.update(
         loss=loss,
+        **train_info,
         num_pairs=int(data["units"]),
         num_pair_candidates=int(data["num_candidates"]),
         num_valid=int(refined.num_valid),

@@ -6,8 +6,9 @@ passes ``function``, ``schedule``, ``rounds``, ``seed``, ``weights``).
 * ``smoke``: seconds per round on a CPU, for tests and trying the command (not for results): a
   short function ``Ehr(8,8)-2-2-2`` (instance seed 1) unless ``--function`` is given, the
   ``tiny`` Pythia (H 64, 4 layers) with the Ehrlich tokenizer, a 2-generation GA of 200
-  particles with mutation 0.1 (diverse seed data), lr 1e-2 for 4 epochs on <= 512 pairs (enough
-  to learn the output format), j = 32, 8 seeds x 2 iterations x (greedy + 2 temperatures x 4).
+  particles with mutation 0.1 (diverse seed data), lr 1e-2 (later rounds 5e-3) for 4 epochs on
+  <= 512 pairs (enough to learn the output format), j = 32, 8 seeds x 2 iterations x (greedy
+  + 2 temperatures x 4).
 * ``cpu``: the embedded default. A from-scratch ``tiny`` Pythia (~0.2M parameters, the size of
   the paper's 226K-parameter small model) with the Ehrlich tokenizer, the paper's f2, n0 = 10 GA
   generations of 1000, j = 2000, 10 rounds, the paper's PropEn / Filter / temperature settings.
@@ -35,7 +36,8 @@ _SMOKE: dict[str, Any] = dict(
     ga_generations=2,
     ga_particles=200,
     ga_mutation_prob=0.1,
-    learning_rate=1e-2,
+    first_round_learning_rate=1e-2,
+    learning_rate=5e-3,
     dpo_learning_rate=1e-3,
     dpo_warmup_steps=0,
     epochs=4,
