@@ -45,7 +45,7 @@ def main() -> None:
         function=args.function,
         rounds=args.rounds,
         seed=args.seed,
-        schedule=loop.schedule_for_loss(args.loss, max(args.rounds, 2)),
+        schedule=loop.schedule_for_loss(args.loss),
     )
     t0 = time.perf_counter()
     state = loop.init_state(cfg)

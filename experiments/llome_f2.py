@@ -36,7 +36,7 @@ def run_llome(method: str, seed: int, args: argparse.Namespace, out: pathlib.Pat
         function=args.function,
         rounds=args.rounds,
         seed=seed,
-        schedule=loop.schedule_for_loss(method, args.rounds),
+        schedule=loop.schedule_for_loss(method),
     )
     run_dir = out / f"{method}_seed{seed}"
     resume = (run_dir / "config.json").exists()

@@ -145,6 +145,11 @@ def test_resume_after_round_one_equals_uninterrupted(
     before = (out / "rounds.jsonl").read_bytes()
     loop.run(cfg, out, resume=True, progress=False, extra_config=extra)
     assert (out / "rounds.jsonl").read_bytes() == before
+    # More rounds on resume is the same configuration (only `rounds` may change).
+    more = dataclasses.replace(cfg, rounds=3)
+    loop.run(more, out, resume=True, progress=False, extra_config=extra, max_rounds_this_call=0)
+    assert json.loads((out / "config.json").read_text())["rounds"] == 3
+    assert (out / "rounds.jsonl").read_bytes() == before
 
 
 def test_no_training_pairs_stops_with_a_reason(smoke_run: pathlib.Path) -> None:
@@ -162,9 +167,10 @@ def test_no_training_pairs_stops_with_a_reason(smoke_run: pathlib.Path) -> None:
 def test_schedule_parsing() -> None:
     assert loop.parse_schedule("sft:1,marge:9") == (("sft", 1), ("marge", 9))
     assert loop.parse_schedule(" SFT:2 , dpo:1 ") == (("sft", 2), ("dpo", 1))
-    assert loop.schedule_for_loss("marge", 10) == (("sft", 1), ("marge", 9))
-    assert loop.schedule_for_loss("sft", 10) == (("sft", 10),)
-    assert loop.schedule_for_loss("dpo", 1) == (("sft", 1),)
+    # Canonical (independent of --rounds, so a resume with more rounds keeps the configuration).
+    assert loop.schedule_for_loss("marge", 10) == (("sft", 1), ("marge", 1))
+    assert loop.schedule_for_loss("sft") == (("sft", 1),)
+    assert loop.schedule_for_loss("DPO") == (("sft", 1), ("dpo", 1))
     schedule = (("sft", 1), ("dpo", 2))
     assert [loop.loss_for_round(schedule, r) for r in range(1, 6)] == [
         "sft",

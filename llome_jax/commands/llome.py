@@ -61,7 +61,7 @@ def build_config(args: argparse.Namespace):  # -> LoopConfig
     if args.schedule:
         schedule = parse_schedule(args.schedule)
     else:
-        schedule = schedule_for_loss(args.loss, rounds)
+        schedule = schedule_for_loss(args.loss)
     overrides = dict(schedule=schedule, rounds=rounds, seed=args.seed)
     if args.function is not None:
         overrides.update(function=args.function, instance_seed=args.instance_seed)

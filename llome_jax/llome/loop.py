@@ -107,19 +107,30 @@ def parse_schedule(text: str) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
-def schedule_for_loss(loss: str, rounds: int) -> tuple[tuple[str, int], ...]:
-    """The paper's schedule for ``--loss``: SFT for round 1, then ``loss`` (SFT: every round)."""
+def schedule_for_loss(loss: str, rounds: int | None = None) -> tuple[tuple[str, int], ...]:
+    """The paper's schedule for ``--loss``: SFT for round 1, then ``loss`` for every later round.
+
+    Returned in a canonical form that does not depend on the number of rounds (the last entry
+    repeats), so that a run resumed with more ``--rounds`` keeps the same configuration:
+    ``(("sft", 1), (loss, 1))``; ``(("sft", 1),)`` for SFT. ``rounds`` is accepted for
+    backwards compatibility and ignored.
+    """
+    del rounds
     loss = str(loss).lower()
     if loss not in LOSS_NAMES:
         raise ValueError(f"unknown loss {loss!r}; choose one of {list(LOSS_NAMES)}")
-    rounds = max(int(rounds), 1)
-    if loss == "sft" or rounds == 1:
-        return (("sft", rounds),)
-    return (("sft", 1), (loss, rounds - 1))
+    if loss == "sft":
+        return (("sft", 1),)
+    return (("sft", 1), (loss, 1))
 
 
 def loss_for_round(schedule: tuple[tuple[str, int], ...], round_index: int) -> str:
-    """Loss of round ``round_index`` (1-based); rounds past the schedule repeat its last loss."""
+    """Loss of round ``round_index`` (1-based); rounds past the schedule repeat its last loss.
+
+    Example:
+      >>> [loss_for_round((("sft", 1), ("marge", 1)), r) for r in (1, 2, 10)]
+      ['sft', 'marge', 'marge']
+    """
     if round_index < 1:
         raise ValueError(f"rounds are numbered from 1; got {round_index}")
     done = 0
