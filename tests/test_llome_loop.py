@@ -271,3 +271,31 @@ def test_data_parallel_training_equals_single_device() -> None:
         close += int(np.sum(diff <= 2e-5 + 1e-4 * np.abs(b)))
         total += diff.size
     assert close >= 0.999 * total
+
+
+def test_weights_dir_loads_model_and_tokenizer(tmp_path: pathlib.Path) -> None:
+    """``--weights DIR`` (an HF GPT-NeoX directory with its tokenizer) feeds the loop's model."""
+    from flax import nnx
+    from safetensors.numpy import save_file
+
+    from llome_jax.lm.convert import hf_config_dict, hf_tensors
+    from llome_jax.lm.pythia import Pythia, PythiaConfig
+    from llome_jax.lm.tokenizer import make_ehrlich_tokenizer
+
+    cfg = preset("smoke")
+    fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
+    tokenizer = make_ehrlich_tokenizer(fn.config.num_states)
+    model = Pythia(PythiaConfig.preset("tiny", vocab_size=len(tokenizer)), rngs=nnx.Rngs(7))
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "config.json").write_text(json.dumps(hf_config_dict(model.config)))
+    save_file(hf_tensors(model), str(weights / "model.safetensors"))
+    tokenizer.save_pretrained(weights)
+
+    with_weights = dataclasses.replace(cfg, weights=str(weights))
+    loop.validate_config(with_weights)
+    state = loop.init_state(with_weights)
+    assert loop._resources(with_weights).codec.vocab_size == len(tokenizer)
+    expected = loop._initial_params(model)
+    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
