@@ -213,6 +213,8 @@ def test_no_recompilation_for_new_keys_and_temperatures(model):
     before = sample._jitted_core._cache_size()
     other = np.where(mask > 0, ids % 50 + 1, 0)
     generate(jax.random.key(1), model, other, mask, cfg, temperature=np.full(8, 0.3))
+    # A new model instance with the same config (e.g. after a training round) reuses it too.
+    generate(jax.random.key(2), _random_model(seed=5), ids, mask, cfg, temperature=0.0)
     assert sample._jitted_core._cache_size() == before
 
 
