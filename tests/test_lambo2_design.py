@@ -155,8 +155,11 @@ def test_design_round_bounds_monotonicity_and_determinism(trained):
     rescored = D.acquisition(D.member_means(TINY, params, stats, x), best)
     np.testing.assert_allclose(rescored, a, rtol=1e-4, atol=1e-4)
     assert curve[-1].mean() > curve[0].mean()
-    same, _, _ = D.design_round(jax.random.key(3), params, stats, best, seeds, TINY, STEPS)
-    np.testing.assert_array_equal(np.asarray(same), x)
+    same, _, same_trace = D.design_round(
+        jax.random.key(3), params, stats, best, seeds, TINY, STEPS, use_scan=True
+    )
+    np.testing.assert_array_equal(np.asarray(same), x)  # one lax.scan == loop of jitted steps
+    np.testing.assert_array_equal(np.asarray(same_trace.changes), trace.changes)
     other, _, _ = D.design_round(jax.random.key(4), params, stats, best, seeds, TINY, STEPS)
     assert not np.array_equal(np.asarray(other), x)
 

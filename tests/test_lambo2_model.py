@@ -256,7 +256,7 @@ def test_per_leaf_updates_leave_other_heads_and_moments_untouched():
         return T.regression_loss(out, targets, rho, 0.01, valid)
 
     xs = (
-        jnp.array([1]),
+        (1,),
         jax.random.split(jax.random.key(2), 1),
         batch.reg_tokens[1:2],
         batch.reg_targets[1:2],

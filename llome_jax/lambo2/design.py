@@ -1,8 +1,10 @@
 """LaMBO-2's design step: seed selection, acquisition, saliency, guided latent optimisation.
 
 Spec: ``../shared/spec/lambo2.md`` §7-§9 (cortex v0.0.4 ``LaMBO.step`` by default; v0.0.3 as an
-option). One round runs ``S`` design steps on the whole population of ``n`` sequences as one batch
-under ``jit`` with ``lax.scan`` over steps (and over the ``K_g`` guidance updates inside a step).
+option). One round runs ``S`` design steps on the whole population of ``n`` sequences as one batch under
+``jit``: either one ``lax.scan`` over the steps (``use_scan=True``, for accelerators) or a Python
+loop over one jitted step (default; XLA:CPU executes convolutions inside ``while`` loops ~25x slower
+than straight-line code, measured on this machine). The ``K_g`` guidance updates are unrolled.
 Per step ``s`` (§9):
 
 1. score the population ``A = a(X)`` (carried; ``-inf`` at ``s = 0`` with
@@ -370,17 +372,12 @@ def _design_step_fn(mc: ModelConfig, dc: DesignConfig, params, stats, best):
         state = decode_and_accept((x, a_cur, jnp.zeros(n, jnp.int32)), h0, dec_keys[0])
         delta = jnp.zeros_like(h0)
 
-        def guidance(carry, key):
-            delta, opt_state, state = carry
+        opt_state = adam.init(delta)
+        for g in range(dc.guidance_updates):  # K_g is small and static: unrolled (see train.py)
             delta, opt_state = guidance_update(
                 mc, dc, params, stats, best, h0, chosen, mask, delta, opt_state
             )
-            state = decode_and_accept(state, h0 + delta * cmask, key)
-            return (delta, opt_state, state), None
-
-        (delta, _, state), _ = jax.lax.scan(
-            guidance, (delta, adam.init(delta), state), dec_keys[1:]
-        )
+            state = decode_and_accept(state, h0 + delta * cmask, dec_keys[g + 1])
         x, a_cur, accepted = state
         changes = (x != x_start).sum(-1).astype(jnp.int32)
         out = (a_cur, accepted, changes, chosen.sum(-1).astype(jnp.int32))
@@ -391,12 +388,26 @@ def _design_step_fn(mc: ModelConfig, dc: DesignConfig, params, stats, best):
 
 @functools.partial(jax.jit, static_argnames=("model_config", "design_config"))
 def _design_round(key, params, stats, best, x0, *, model_config, design_config):
+    """All ``S`` steps in one ``lax.scan`` (for accelerators; slow on XLA:CPU, see module doc)."""
     x0 = _pad(x0, model_config)
     step, acq_tokens = _design_step_fn(model_config, design_config, params, stats, best)
     a0 = acq_tokens(x0)
     steps = jnp.arange(design_config.num_steps)
     (x, a, _), (acq, accepted, changes, masked) = jax.lax.scan(step, (x0, a0, key), steps)
     return x[:, : model_config.length], a, DesignTrace(acq, accepted, changes, masked)
+
+
+@functools.partial(jax.jit, static_argnames=("model_config", "design_config"))
+def _design_start(params, stats, best, x0, *, model_config, design_config):
+    x0 = _pad(x0, model_config)
+    _, acq_tokens = _design_step_fn(model_config, design_config, params, stats, best)
+    return x0, acq_tokens(x0)
+
+
+@functools.partial(jax.jit, static_argnames=("model_config", "design_config"))
+def _design_step(carry, s, params, stats, best, *, model_config, design_config):
+    step, _ = _design_step_fn(model_config, design_config, params, stats, best)
+    return step(carry, s)
 
 
 def design_round(
@@ -409,6 +420,7 @@ def design_round(
     design_config: DesignConfig,
     *,
     mesh: Mesh | None = None,
+    use_scan: bool = False,
 ) -> tuple[jax.Array, jax.Array, DesignTrace]:
     """Run ``S`` design steps on the seed population (spec §9).
 
@@ -419,6 +431,9 @@ def design_round(
       best: ``[E]`` per-member incumbents (:func:`best_values` on ``seeds``).
       seeds: int ``[n, L]`` starting population (alphabet tokens).
       mesh: optional 1-D data mesh; ``n`` must be divisible by its size.
+      use_scan: run the ``S`` steps as one jitted ``lax.scan`` (accelerators) instead of a
+        Python loop over one jitted step (default: XLA:CPU runs convolutions inside ``while``
+        loops ~25x slower). Both give identical results.
 
     Returns:
       ``(proposals int32 [n, L], acquisition f32 [n], DesignTrace)``.
@@ -436,6 +451,14 @@ def design_round(
         x0 = jax.device_put(x0, NamedSharding(mesh, P(parallel.DATA_AXIS)))
         replicated = NamedSharding(mesh, P())
         params, stats, best = jax.device_put((params, stats, best), replicated)
-    return _design_round(
-        key, params, stats, best, x0, model_config=model_config, design_config=design_config
-    )
+    static = {"model_config": model_config, "design_config": design_config}
+    if use_scan:
+        return _design_round(key, params, stats, best, x0, **static)
+    x, a = _design_start(params, stats, best, x0, **static)
+    carry, outputs = (x, a, key), []
+    for s in range(design_config.num_steps):
+        carry, out = _design_step(carry, jnp.int32(s), params, stats, best, **static)
+        outputs.append(out)
+    x, a, _ = carry
+    acq, accepted, changes, masked = (jnp.stack(v) for v in zip(*outputs))
+    return x[:, : model_config.length], a, DesignTrace(acq, accepted, changes, masked)

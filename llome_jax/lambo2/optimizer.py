@@ -114,7 +114,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     "cpu": {
         "model_preset": "cpu",
         "train": {"epochs": 8},
-        "design": {"num_steps": 16},
     },
     "paper": {},
 }

@@ -315,28 +315,34 @@ def _put(tree, i, value):
 
 
 def _member_sweep(model_config, train_config, loss_fn, enc_p, enc_s, ens_p, ens_s, xs, lr, rates):
-    """Scan over ensemble members: one Adam step per member (shared encoder + member e)."""
-    adam = _adam(train_config)
+    """One Adam step per listed member, in order (shared encoder + member ``e``).
 
-    def body(carry, x):
-        enc_p, enc_s, ens_p, ens_s = carry
-        e, key, tokens, targets, valid = x
+    ``xs = (members, keys, tokens, targets, valid)`` with ``members`` a sequence of Python ints and
+    the other entries stacked in the same order. The loop is unrolled on purpose: XLA:CPU runs
+    convolutions inside a ``while`` loop (``lax.scan``) ~25x slower than straight-line code
+    (measured, see BUILD section), and the member count is small and static.
+    """
+    adam = _adam(train_config)
+    members, keys, all_tokens, all_targets, all_valid = xs
+    values = []
+    for i, e in enumerate(members):
+        key, tokens, targets, valid = keys[i], all_tokens[i], all_targets[i], all_valid[i]
         member_p, member_s = _take(ens_p, e), _take(ens_s, e)
         t_key, m_key = jax.random.split(key)
         rho = rates[jax.random.randint(t_key, (), 1, train_config.num_timesteps + 1)]
         noisy, _ = corrupt(m_key, tokens, rho, model_config.mask_id, model_config.num_states)
         mask = tokens != model_config.pad_id
 
-        def loss(enc_p, member_p):
+        def loss(enc_p, member_p, noisy=noisy, mask=mask, targets=targets, rho=rho, valid=valid):
             h = encoder_module(model_config, enc_p)(noisy)
             return loss_fn(member_apply(model_config, member_p, h, mask), targets, rho, valid)
 
         value, (g_enc, g_mem) = jax.value_and_grad(loss, argnums=(0, 1))(enc_p, member_p)
         enc_p, enc_s = _adam_step(adam, enc_p, enc_s, g_enc, lr)
         member_p, member_s = _adam_step(adam, member_p, member_s, g_mem, lr)
-        return (enc_p, enc_s, _put(ens_p, e, member_p), _put(ens_s, e, member_s)), value
-
-    return jax.lax.scan(body, (enc_p, enc_s, ens_p, ens_s), xs)
+        ens_p, ens_s = _put(ens_p, e, member_p), _put(ens_s, e, member_s)
+        values.append(value)
+    return (enc_p, enc_s, ens_p, ens_s), jnp.stack(values)
 
 
 @functools.partial(jax.jit, static_argnames=("model_config", "train_config"), donate_argnums=(0, 1))
@@ -358,7 +364,7 @@ def train_step(
     rates = jnp.asarray(mask_rates(tc.num_timesteps), jnp.float32)
     ens = mc.ensemble_size
     keys = jax.random.split(key, 2 * ens + 1)
-    members = jnp.arange(ens)
+    members = tuple(range(ens))
     enc_p, enc_s = params["encoder"], opt_state.encoder
 
     def cls_loss(out, labels, rho, valid):
