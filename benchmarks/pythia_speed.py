@@ -86,8 +86,10 @@ def main() -> None:
     state = {k: torch.from_numpy(v.copy()) for k, v in exported.items()}
     missing, unexpected = tmodel.load_state_dict(state, strict=False)
     assert not unexpected and all("rotary" in m or "masked_bias" in m for m in missing), missing
-    print(f"Pythia-{args.preset}: {num_parameters(model):,} parameters; torch attention "
-          f"implementation: {tmodel.config._attn_implementation}; {os.cpu_count()} CPUs")
+    print(
+        f"Pythia-{args.preset}: {num_parameters(model):,} parameters; torch attention "
+        f"implementation: {tmodel.config._attn_implementation}; {os.cpu_count()} CPUs"
+    )
 
     b, t = args.batch, args.seq
     rng = np.random.default_rng(0)
@@ -133,7 +135,9 @@ def main() -> None:
         target = np.zeros_like(ids)
         target[:, t // 2 :] = 1
         batch = TrainBatch.create(ids, target, mask)
-        opt = make_optimizer(OptimizerConfig(learning_rate=1e-5, total_steps=1000, weight_decay=0.0))
+        opt = make_optimizer(
+            OptimizerConfig(learning_rate=1e-5, total_steps=1000, weight_decay=0.0)
+        )
         step = make_train_step(LOSSES["sft"], model, opt)
         hparams = default_params("sft")
         train_state = [init_train_state(jax.random.key(0), model, opt)]
@@ -192,9 +196,15 @@ def main() -> None:
 
     def hf_generate():
         with torch.no_grad():
-            return tmodel.generate(tprompts, attention_mask=tpmask, do_sample=False,
-                                   max_new_tokens=n, min_new_tokens=n, pad_token_id=0,
-                                   eos_token_id=None)
+            return tmodel.generate(
+                tprompts,
+                attention_mask=tpmask,
+                do_sample=False,
+                max_new_tokens=n,
+                min_new_tokens=n,
+                pad_token_id=0,
+                eos_token_id=None,
+            )
 
     hf_tokens = hf_generate()[:, p:].numpy()
     same = float((hf_tokens == np.asarray(gen.tokens)).mean())
@@ -224,25 +234,62 @@ def main() -> None:
     # ---------------------------------------------------------------- report
     rows = []
     fw = results["forward"]
-    rows.append(("forward 8x128", b * t / fw["ours_s"], b * t / fw["torch_s"],
-                 fw["torch_s"] / fw["ours_s"], "tokens/s", 1.5))
+    rows.append(
+        (
+            "forward 8x128",
+            b * t / fw["ours_s"],
+            b * t / fw["torch_s"],
+            fw["torch_s"] / fw["ours_s"],
+            "tokens/s",
+            1.5,
+        )
+    )
     if "train_step" in results:
         tr = results["train_step"]
-        rows.append(("train step 8x128 (SFT, AdamW)", b * t / tr["ours_s"], b * t / tr["torch_s"],
-                     tr["torch_s"] / tr["ours_s"], "tokens/s", None))
+        rows.append(
+            (
+                "train step 8x128 (SFT, AdamW)",
+                b * t / tr["ours_s"],
+                b * t / tr["torch_s"],
+                tr["torch_s"] / tr["ours_s"],
+                "tokens/s",
+                None,
+            )
+        )
     de = results["decode"]
-    rows.append((f"greedy decode {b}x{n} new", b * n / de["ours_s"], b * n / de["torch_s"],
-                 de["torch_s"] / de["ours_s"], "new tokens/s", 3.0))
-    rows.append((f"sampled decode {b}x{n} (T=1,k=50)", b * n / de["ours_sample_s"],
-                 b * n / de["torch_s"], de["torch_s"] / de["ours_sample_s"], "new tokens/s", None))
+    rows.append(
+        (
+            f"greedy decode {b}x{n} new",
+            b * n / de["ours_s"],
+            b * n / de["torch_s"],
+            de["torch_s"] / de["ours_s"],
+            "new tokens/s",
+            3.0,
+        )
+    )
+    rows.append(
+        (
+            f"sampled decode {b}x{n} (T=1,k=50)",
+            b * n / de["ours_sample_s"],
+            b * n / de["torch_s"],
+            de["torch_s"] / de["ours_sample_s"],
+            "new tokens/s",
+            None,
+        )
+    )
     print(f"\n{'measurement':38s} {'ours':>12s} {'torch':>12s} {'speed-up':>9s}  unit (target)")
     for name, ours, theirs, ratio, unit, target in rows:
         goal = f">= {target}x" if target else ""
         print(f"{name:38s} {ours:12.1f} {theirs:12.1f} {ratio:8.2f}x  {unit} {goal}")
-    print(f"compile (excluded above): forward {fw['ours_compile_s']:.1f}s, "
-          + (f"train step {results['train_step']['ours_compile_s']:.1f}s, "
-             if "train_step" in results else "")
-          + f"decode {de['ours_compile_s']:.1f}s")
+    print(
+        f"compile (excluded above): forward {fw['ours_compile_s']:.1f}s, "
+        + (
+            f"train step {results['train_step']['ours_compile_s']:.1f}s, "
+            if "train_step" in results
+            else ""
+        )
+        + f"decode {de['ours_compile_s']:.1f}s"
+    )
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {

@@ -68,7 +68,9 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp)
-        (out / "model.safetensors").write_bytes((pathlib.Path(tmp) / "model.safetensors").read_bytes())
+        (out / "model.safetensors").write_bytes(
+            (pathlib.Path(tmp) / "model.safetensors").read_bytes()
+        )
     hub_config = {
         "architectures": ["GPTNeoXForCausalLM"],
         "model_type": "gpt_neox",
@@ -112,7 +114,7 @@ def main() -> None:
     np.save(out / "logits.npy", logits.astype(np.float32))
     greedy = {
         "max_new_tokens": 8,
-        "tokens": gen.sequences[:, ids.shape[1]:].tolist(),
+        "tokens": gen.sequences[:, ids.shape[1] :].tolist(),
         "logprobs": scores.numpy().astype(float).tolist(),
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__,

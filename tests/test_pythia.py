@@ -37,8 +37,14 @@ def _formula(c: PythiaConfig) -> int:
 
 
 def _tiny(vocab: int = 61, **kw) -> PythiaConfig:
-    return PythiaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=4, intermediate_size=64, **kw)
+    return PythiaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        **kw,
+    )
 
 
 def _perturbed(config: PythiaConfig, seed: int = 0) -> Pythia:
@@ -50,8 +56,10 @@ def _perturbed(config: PythiaConfig, seed: int = 0) -> Pythia:
         graphdef, state = nnx.split(model)
         leaves, tree = jax.tree.flatten(state)
         keys = jax.random.split(jax.random.key(seed + 1), len(leaves))
-        leaves = [x + (0.3 if x.ndim == 1 else 0.08) * jax.random.normal(k, x.shape)
-                  for x, k in zip(leaves, keys)]
+        leaves = [
+            x + (0.3 if x.ndim == 1 else 0.08) * jax.random.normal(k, x.shape)
+            for x, k in zip(leaves, keys)
+        ]
         return nnx.merge(graphdef, jax.tree.unflatten(tree, leaves))
 
     return build()
@@ -85,8 +93,14 @@ def test_golden_fixture_greedy_generation():
     ids = np.load(FIXTURE / "input_ids.npy")
     mask = np.load(FIXTURE / "attention_mask.npy")
     greedy = json.loads((FIXTURE / "greedy.json").read_text())
-    out = generate(jax.random.key(0), model, ids, mask,
-                   SampleConfig(max_new_tokens=greedy["max_new_tokens"]), temperature=0.0)
+    out = generate(
+        jax.random.key(0),
+        model,
+        ids,
+        mask,
+        SampleConfig(max_new_tokens=greedy["max_new_tokens"]),
+        temperature=0.0,
+    )
     np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(greedy["tokens"]))
     np.testing.assert_allclose(np.asarray(out.logprobs), np.asarray(greedy["logprobs"]), atol=1e-4)
 
@@ -105,7 +119,10 @@ def test_released_presets_match_published_parameter_counts(name):
 def test_pythia_2p8b_builds_abstractly():
     config = PythiaConfig.preset("pythia-2.8b")
     assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (
-        2560, 32, 32)
+        2560,
+        32,
+        32,
+    )
     assert config.rotary_ndims == 20 and config.vocab_size == 50304
     abstract = nnx.eval_shape(lambda: Pythia(config, rngs=nnx.Rngs(0)))
     count = pythia.num_parameters(abstract)
@@ -142,8 +159,13 @@ def test_scratch_presets():
     ],
 )
 def test_config_validation(kwargs, match):
-    base = dict(vocab_size=10, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                intermediate_size=8)
+    base = dict(
+        vocab_size=10,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=8,
+    )
     with pytest.raises(ValueError, match=match):
         PythiaConfig(**{**base, **kwargs})
 
@@ -171,7 +193,7 @@ def _numpy_reference(model: Pythia, ids: np.ndarray) -> np.ndarray:
 
     def rope(x):  # [b, t, nh, hd]
         xr = x[..., :rot]
-        rh = np.concatenate([-xr[..., rot // 2:], xr[..., : rot // 2]], -1)
+        rh = np.concatenate([-xr[..., rot // 2 :], xr[..., : rot // 2]], -1)
         return np.concatenate([xr * cos[None, :, None] + rh * sin[None, :, None], x[..., rot:]], -1)
 
     x = p["embed_in"]["embedding"][ids]
@@ -180,7 +202,8 @@ def _numpy_reference(model: Pythia, ids: np.ndarray) -> np.ndarray:
         a = w["attention"]
         h = ln(x, w["input_layernorm"])
         qkv = (h @ a["query_key_value"]["kernel"] + a["query_key_value"]["bias"]).reshape(
-            b, t, nh, 3, hd)
+            b, t, nh, 3, hd
+        )
         q, k, v = rope(qkv[:, :, :, 0]), rope(qkv[:, :, :, 1]), qkv[:, :, :, 2]
         s = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(hd)
         s = np.where(np.tril(np.ones((t, t), bool)), s, -np.inf)
@@ -189,8 +212,10 @@ def _numpy_reference(model: Pythia, ids: np.ndarray) -> np.ndarray:
         y = np.einsum("bhqk,bkhd->bqhd", s, v).reshape(b, t, -1)
         attn = y @ a["dense"]["kernel"] + a["dense"]["bias"]
         m = w["mlp"]
-        z = gelu(ln(x, w["post_attention_layernorm"]) @ m["dense_h_to_4h"]["kernel"]
-                 + m["dense_h_to_4h"]["bias"])
+        z = gelu(
+            ln(x, w["post_attention_layernorm"]) @ m["dense_h_to_4h"]["kernel"]
+            + m["dense_h_to_4h"]["bias"]
+        )
         x = x + attn + z @ m["dense_4h_to_h"]["kernel"] + m["dense_4h_to_h"]["bias"]
     return ln(x, p["final_layer_norm"]) @ p["embed_out"]["kernel"]
 
@@ -282,7 +307,8 @@ def test_remat_gives_identical_loss_and_gradients():
     config = _tiny()
     model = _perturbed(config)
     remat = convert.model_from_tensors(
-        PythiaConfig(**{**config.to_dict(), "remat": True}), convert.hf_tensors(model))
+        PythiaConfig(**{**config.to_dict(), "remat": True}), convert.hf_tensors(model)
+    )
     ids = jnp.asarray(np.random.default_rng(4).integers(0, 61, (2, 8)))
     target = jnp.ones_like(ids)
 

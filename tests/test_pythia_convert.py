@@ -28,8 +28,13 @@ def _forward(model, ids, mask):
 
 
 def _tiny(**kw) -> PythiaConfig:
-    base = dict(vocab_size=53, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                intermediate_size=64)
+    base = dict(
+        vocab_size=53,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+    )
     return PythiaConfig(**{**base, **kw})
 
 
@@ -40,15 +45,23 @@ def _random_model(config: PythiaConfig, seed: int = 0) -> Pythia:
         graphdef, state = nnx.split(model)
         leaves, tree = jax.tree.flatten(state)
         keys = jax.random.split(jax.random.key(seed + 7), len(leaves))
-        leaves = [x + (0.3 if x.ndim == 1 else 0.08) * jax.random.normal(k, x.shape)
-                  for x, k in zip(leaves, keys)]
+        leaves = [
+            x + (0.3 if x.ndim == 1 else 0.08) * jax.random.normal(k, x.shape)
+            for x, k in zip(leaves, keys)
+        ]
         return nnx.merge(graphdef, jax.tree.unflatten(tree, leaves))
 
     return build()
 
 
-def _write_hf(directory: pathlib.Path, model: Pythia, *, spelling: str = "hub",
-              head_name: str = "embed_out.weight", extra: dict | None = None) -> pathlib.Path:
+def _write_hf(
+    directory: pathlib.Path,
+    model: Pythia,
+    *,
+    spelling: str = "hub",
+    head_name: str = "embed_out.weight",
+    extra: dict | None = None,
+) -> pathlib.Path:
     directory.mkdir(parents=True, exist_ok=True)
     cfg = convert.hf_config_dict(model.config, spelling=spelling)
     (directory / "config.json").write_text(json.dumps(cfg))
@@ -95,8 +108,15 @@ def _torch_logits(model, ids, mask) -> np.ndarray:
     ("layout", "hf_kwargs"),
     [
         ("save_pretrained", {"rotary_pct": 0.25, "use_parallel_residual": True}),
-        ("hub_spelling_sharded", {"rotary_pct": 0.5, "use_parallel_residual": False,
-                                  "rotary_emb_base": 500.0, "layer_norm_eps": 1e-3}),
+        (
+            "hub_spelling_sharded",
+            {
+                "rotary_pct": 0.5,
+                "use_parallel_residual": False,
+                "rotary_emb_base": 500.0,
+                "layer_norm_eps": 1e-3,
+            },
+        ),
         ("pytorch_bin_lm_head", {"rotary_pct": 1.0, "use_parallel_residual": True}),
     ],
 )
@@ -106,8 +126,15 @@ def test_live_parity_with_transformers(tmp_path, layout, hf_kwargs):
     """Perturbed tiny checkpoints in three on-disk layouts: max |logit diff| <= 1e-4 (fp32)."""
     import torch
 
-    hf_config = dict(vocab_size=61, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=128, max_position_embeddings=64, **hf_kwargs)
+    hf_config = dict(
+        vocab_size=61,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=64,
+        **hf_kwargs,
+    )
     theta = hf_config.pop("rotary_emb_base", 10000.0)
     torch_model = _torch_model({**hf_config, "rotary_emb_base": theta}, seed=len(layout))
     d = tmp_path / "hf"
@@ -158,12 +185,16 @@ def test_exported_checkpoint_loads_in_transformers(tmp_path):
 
 def test_hf_dir_round_trip_and_orbax_conversion(tmp_path):
     model = _random_model(_tiny())
-    hf = _write_hf(tmp_path / "hf", model, extra={
-        # legacy buffers of old hub .bin files are dropped
-        "gpt_neox.layers.0.attention.bias": np.ones((4, 4), bool),
-        "gpt_neox.layers.0.attention.masked_bias": np.array(-1e9, np.float32),
-        "gpt_neox.layers.1.attention.rotary_emb.inv_freq": np.ones(2, np.float32),
-    })
+    hf = _write_hf(
+        tmp_path / "hf",
+        model,
+        extra={
+            # legacy buffers of old hub .bin files are dropped
+            "gpt_neox.layers.0.attention.bias": np.ones((4, 4), bool),
+            "gpt_neox.layers.0.attention.masked_bias": np.array(-1e9, np.float32),
+            "gpt_neox.layers.1.attention.rotary_emb.inv_freq": np.ones(2, np.float32),
+        },
+    )
     ids, mask = _batch(53)
     ref = np.asarray(_forward(model, jnp.asarray(ids), jnp.asarray(mask)))
     loaded = pythia.from_pretrained(hf)
@@ -199,8 +230,11 @@ def test_lm_head_spelling_and_bf16_safetensors(tmp_path):
     header, blobs, offset = {}, [], 0
     for name, array in tensors.items():
         blob = np.asarray(array, ml_dtypes.bfloat16).tobytes()
-        header[name] = {"dtype": "BF16", "shape": list(array.shape),
-                        "data_offsets": [offset, offset + len(blob)]}
+        header[name] = {
+            "dtype": "BF16",
+            "shape": list(array.shape),
+            "data_offsets": [offset, offset + len(blob)],
+        }
         blobs.append(blob)
         offset += len(blob)
     raw = json.dumps(header).encode()
@@ -293,8 +327,12 @@ def test_corrupt_safetensors(hf_dir, damage):
 
 def test_sharded_index_errors(hf_dir):
     (hf_dir / "model.safetensors").rename(hf_dir / "model-00001-of-00002.safetensors")
-    index = {"weight_map": {"gpt_neox.embed_in.weight": "model-00001-of-00002.safetensors",
-                            "embed_out.weight": "model-00002-of-00002.safetensors"}}
+    index = {
+        "weight_map": {
+            "gpt_neox.embed_in.weight": "model-00001-of-00002.safetensors",
+            "embed_out.weight": "model-00002-of-00002.safetensors",
+        }
+    }
     (hf_dir / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(FileNotFoundError, match="model-00002-of-00002"):
         pythia.from_pretrained(hf_dir)
@@ -307,14 +345,22 @@ def test_missing_wrong_and_unexpected_tensors(tmp_path):
     model = _random_model(_tiny(), seed=4)
     tensors = convert.hf_tensors(model)
     cases = {
-        "missing": ({k: v for k, v in tensors.items() if "layers.1.mlp.dense_4h_to_h.bias" not in k},
-                    "lacks 1 tensor.*layers.1.mlp.dense_4h_to_h.bias"),
-        "shape": ({**tensors, "gpt_neox.embed_in.weight": np.zeros((52, 32), np.float32)},
-                  "embed_in.weight.*shape"),
-        "unexpected": ({**tensors, "gpt_neox.layers.0.attention.extra": np.zeros(3, np.float32)},
-                       "unexpected tensor"),
-        "extra_layer": ({**tensors, "gpt_neox.layers.2.input_layernorm.weight":
-                         np.zeros(32, np.float32)}, "does not fit"),
+        "missing": (
+            {k: v for k, v in tensors.items() if "layers.1.mlp.dense_4h_to_h.bias" not in k},
+            "lacks 1 tensor.*layers.1.mlp.dense_4h_to_h.bias",
+        ),
+        "shape": (
+            {**tensors, "gpt_neox.embed_in.weight": np.zeros((52, 32), np.float32)},
+            "embed_in.weight.*shape",
+        ),
+        "unexpected": (
+            {**tensors, "gpt_neox.layers.0.attention.extra": np.zeros(3, np.float32)},
+            "unexpected tensor",
+        ),
+        "extra_layer": (
+            {**tensors, "gpt_neox.layers.2.input_layernorm.weight": np.zeros(32, np.float32)},
+            "does not fit",
+        ),
     }
     for name, (weights, match) in cases.items():
         d = tmp_path / name

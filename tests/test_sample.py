@@ -24,9 +24,15 @@ N = 10
 
 
 def _random_model(seed: int = 0) -> Pythia:
-    config = PythiaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
-                          num_attention_heads=4, intermediate_size=64, rotary_pct=0.5,
-                          max_position_embeddings=64)
+    config = PythiaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        rotary_pct=0.5,
+        max_position_embeddings=64,
+    )
 
     @nnx.jit
     def build():
@@ -34,8 +40,10 @@ def _random_model(seed: int = 0) -> Pythia:
         graphdef, state = nnx.split(model)
         leaves, tree = jax.tree.flatten(state)
         keys = jax.random.split(jax.random.key(seed + 11), len(leaves))
-        leaves = [x + (0.3 if x.ndim == 1 else 0.15) * jax.random.normal(k, x.shape)
-                  for x, k in zip(leaves, keys)]
+        leaves = [
+            x + (0.3 if x.ndim == 1 else 0.15) * jax.random.normal(k, x.shape)
+            for x, k in zip(leaves, keys)
+        ]
         return nnx.merge(graphdef, jax.tree.unflatten(tree, leaves))
 
     return build()
@@ -102,8 +110,14 @@ def test_temperature_topk_logprobs_and_support(model):
     ids, mask = _prompts(seed=1)
     temps = np.array([0.0, 0.5, 1.0, 1.5, 3.0, 0.0, 0.8, 5.0], np.float32)
     k = 4
-    gen = generate(jax.random.key(2), model, ids, mask, SampleConfig(max_new_tokens=N, top_k=k),
-                   temperature=temps)
+    gen = generate(
+        jax.random.key(2),
+        model,
+        ids,
+        mask,
+        SampleConfig(max_new_tokens=N, top_k=k),
+        temperature=temps,
+    )
     tokens = np.asarray(gen.tokens)
     logits = _sequence_logits(model, ids, mask, gen)
     # top-k never samples outside the top k of the raw logits.
@@ -117,12 +131,19 @@ def test_temperature_topk_logprobs_and_support(model):
     greedy = temps <= 0
     expected[greedy] = _picked(_log_softmax(logits), tokens)[greedy]
     np.testing.assert_allclose(np.asarray(gen.logprobs), expected, atol=1e-4)
-    np.testing.assert_allclose(np.asarray(gen.logprobs_raw), _picked(_log_softmax(logits), tokens),
-                               atol=1e-4)
+    np.testing.assert_allclose(
+        np.asarray(gen.logprobs_raw), _picked(_log_softmax(logits), tokens), atol=1e-4
+    )
     # greedy rows are argmax and equal an all-greedy run (rows are independent).
     np.testing.assert_array_equal(tokens[greedy], logits.argmax(-1)[greedy])
-    all_greedy = generate(jax.random.key(9), model, ids, mask,
-                          SampleConfig(max_new_tokens=N, top_k=k), temperature=0.0)
+    all_greedy = generate(
+        jax.random.key(9),
+        model,
+        ids,
+        mask,
+        SampleConfig(max_new_tokens=N, top_k=k),
+        temperature=0.0,
+    )
     np.testing.assert_array_equal(np.asarray(all_greedy.tokens)[greedy], tokens[greedy])
 
 
@@ -148,8 +169,14 @@ def test_sampling_frequencies_match_softmax(model):
     """One step, 512 rows of the same prompt: empirical frequencies ~ softmax(z / T) on top-k."""
     ids = np.tile(np.array([[5, 9, 2, 33]], np.int32), (512, 1))
     mask = np.ones_like(ids)
-    gen = generate(jax.random.key(3), model, ids, mask, SampleConfig(max_new_tokens=1, top_k=6),
-                   temperature=1.7)
+    gen = generate(
+        jax.random.key(3),
+        model,
+        ids,
+        mask,
+        SampleConfig(max_new_tokens=1, top_k=6),
+        temperature=1.7,
+    )
     logits = np.asarray(_full_logits(model, jnp.asarray(ids[:1]), jnp.asarray(mask[:1])))[0, -1]
     z = np.where(logits >= np.sort(logits)[-6], logits / 1.7, -np.inf)
     p = np.exp(_log_softmax(z))
@@ -160,8 +187,9 @@ def test_sampling_frequencies_match_softmax(model):
 
 def test_stop_tokens_padding_and_lengths(model):
     ids, mask = _prompts()
-    free = generate(jax.random.key(0), model, ids, mask, SampleConfig(max_new_tokens=N),
-                    temperature=0.0)
+    free = generate(
+        jax.random.key(0), model, ids, mask, SampleConfig(max_new_tokens=N), temperature=0.0
+    )
     free_tokens = np.asarray(free.tokens)
     stop = int(free_tokens[0, 2])  # row 0 stops at step 2 (or earlier if the token repeats)
     cfg = SampleConfig(max_new_tokens=N, stop_token_ids=(stop, VOCAB - 1), pad_token_id=7)
@@ -196,10 +224,10 @@ def test_mesh_sharded_equals_single_device(model):
     sharded = generate(jax.random.key(8), model, ids, mask, cfg, temperature=temps, mesh=mesh)
     assert len(sharded.tokens.sharding.device_set) == 8
     for name in ("tokens", "lengths", "stopped"):
-        np.testing.assert_array_equal(np.asarray(getattr(sharded, name)),
-                                      np.asarray(getattr(single, name)))
-    np.testing.assert_allclose(np.asarray(sharded.logprobs), np.asarray(single.logprobs),
-                               atol=1e-5)
+        np.testing.assert_array_equal(
+            np.asarray(getattr(sharded, name)), np.asarray(getattr(single, name))
+        )
+    np.testing.assert_allclose(np.asarray(sharded.logprobs), np.asarray(single.logprobs), atol=1e-5)
     with pytest.raises(ValueError, match="not divisible"):
         generate(jax.random.key(8), model, ids[:6], mask[:6], cfg, mesh=mesh)
 
@@ -258,9 +286,12 @@ def test_generate_validation(model, change, match):
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"max_new_tokens": 0}, "max_new_tokens"), ({"max_new_tokens": 1, "top_k": 0}, "top_k"),
-     ({"max_new_tokens": 1, "stop_token_ids": [1]}, "tuple"),
-     ({"max_new_tokens": 1, "vocab_limit": 0}, "vocab_limit")],
+    [
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"max_new_tokens": 1, "top_k": 0}, "top_k"),
+        ({"max_new_tokens": 1, "stop_token_ids": [1]}, "tuple"),
+        ({"max_new_tokens": 1, "vocab_limit": 0}, "vocab_limit"),
+    ],
 )
 def test_sample_config_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -275,8 +306,11 @@ def _hf_pair(tmp_path, model: Pythia):
 
     d = tmp_path / "hf"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps(
-        {**convert.hf_config_dict(model.config, spelling="transformers5"), "pad_token_id": 0}))
+    (d / "config.json").write_text(
+        json.dumps(
+            {**convert.hf_config_dict(model.config, spelling="transformers5"), "pad_token_id": 0}
+        )
+    )
     from safetensors.numpy import save_file
 
     save_file(convert.hf_tensors(model), str(d / "model.safetensors"))
@@ -290,12 +324,18 @@ def test_greedy_matches_hf_generate_with_stop_token(tmp_path, model):
 
     hf = _hf_pair(tmp_path, model)
     ids, mask = _prompts(seed=3)
-    kwargs = dict(attention_mask=torch.tensor(mask), do_sample=False, max_new_tokens=N,
-                  output_scores=True, output_logits=True, return_dict_in_generate=True,
-                  pad_token_id=0)
+    kwargs = dict(
+        attention_mask=torch.tensor(mask),
+        do_sample=False,
+        max_new_tokens=N,
+        output_scores=True,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=0,
+    )
     with torch.no_grad():
         out = hf.generate(torch.tensor(ids), eos_token_id=None, **kwargs)
-    hf_tokens = out.sequences[:, ids.shape[1]:].numpy()
+    hf_tokens = out.sequences[:, ids.shape[1] :].numpy()
     hf_scores = hf.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
     gen = generate(jax.random.key(0), model, ids, mask, SampleConfig(max_new_tokens=N), 0.0)
     np.testing.assert_array_equal(np.asarray(gen.tokens), hf_tokens)
@@ -308,12 +348,18 @@ def test_greedy_matches_hf_generate_with_stop_token(tmp_path, model):
     stop = int(hf_tokens[1, 3])
     with torch.no_grad():
         out = hf.generate(torch.tensor(ids), eos_token_id=stop, **kwargs)
-    hf_tokens = out.sequences[:, ids.shape[1]:].numpy()
-    gen = generate(jax.random.key(0), model, ids, mask,
-                   SampleConfig(max_new_tokens=N, stop_token_ids=(stop,)), 0.0)
+    hf_tokens = out.sequences[:, ids.shape[1] :].numpy()
+    gen = generate(
+        jax.random.key(0),
+        model,
+        ids,
+        mask,
+        SampleConfig(max_new_tokens=N, stop_token_ids=(stop,)),
+        0.0,
+    )
     tokens = np.asarray(gen.tokens)
     np.testing.assert_array_equal(tokens[:, : hf_tokens.shape[1]], hf_tokens)
-    assert (tokens[:, hf_tokens.shape[1]:] == 0).all()
+    assert (tokens[:, hf_tokens.shape[1] :] == 0).all()
     assert bool(gen.stopped[1])
 
 
@@ -331,8 +377,14 @@ def test_processed_logprobs_match_hf_logits_processors(tmp_path, model):
     hf = _hf_pair(tmp_path, model)
     ids, mask = _prompts(seed=4)
     temps = np.array([0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 2.0, 0.0], np.float32)
-    gen = generate(jax.random.key(3), model, ids, mask, SampleConfig(max_new_tokens=N, top_k=5),
-                   temperature=temps)
+    gen = generate(
+        jax.random.key(3),
+        model,
+        ids,
+        mask,
+        SampleConfig(max_new_tokens=N, top_k=5),
+        temperature=temps,
+    )
     tokens = np.asarray(gen.tokens)
     full = torch.tensor(np.concatenate([ids, tokens], 1))
     full_mask = torch.tensor(np.concatenate([mask, np.ones_like(tokens)], 1))

@@ -138,8 +138,13 @@ def config_from_hf(hf: dict[str, Any], **overrides: Any) -> PythiaConfig:
             raise refuse(f"rope_parameters.{name}", rope[name], "rope_theta, partial_rotary_factor")
         theta = rope.get("rope_theta", theta)
         pct = rope.get("partial_rotary_factor", pct)
-    required = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                "intermediate_size")
+    required = (
+        "vocab_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+    )
     missing = [name for name in required if name not in hf]
     if missing:
         raise ValueError(f"config.json lacks the required field(s) {missing}")
@@ -199,7 +204,9 @@ def _read_raw_tensor(path: pathlib.Path, name: str) -> np.ndarray:
         f.seek(8 + size + start)
         data = f.read(end - start)
     if info["dtype"] not in dtypes:
-        raise CheckpointFormatError(f"{path}: tensor {name!r} has unsupported dtype {info['dtype']}")
+        raise CheckpointFormatError(
+            f"{path}: tensor {name!r} has unsupported dtype {info['dtype']}"
+        )
     return np.frombuffer(data, dtype=dtypes[info["dtype"]]).reshape(info["shape"])
 
 
@@ -214,7 +221,9 @@ def _read_torch_bin(path: pathlib.Path) -> Iterator[tuple[str, np.ndarray]]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:
-        raise CheckpointFormatError(f"{path} is not a readable PyTorch checkpoint: {error}") from error
+        raise CheckpointFormatError(
+            f"{path} is not a readable PyTorch checkpoint: {error}"
+        ) from error
     for name, tensor in state.items():
         yield name, tensor.detach().to(torch.float32).numpy()
 
@@ -261,7 +270,7 @@ def read_hf_tensors(directory: str | os.PathLike) -> dict[str, np.ndarray]:
 def _target_path(name: str) -> tuple[tuple[Any, ...], bool] | None:
     """``(pure-dict path, transpose?)`` of an HF tensor name, or ``None`` for ignored buffers."""
     if name.startswith("gpt_neox."):
-        name = name[len("gpt_neox."):]
+        name = name[len("gpt_neox.") :]
     if _IGNORED.search(name):
         return None
     if name in ("embed_out.weight", "lm_head.weight"):
@@ -319,8 +328,10 @@ def model_from_tensors(config: PythiaConfig, tensors: dict[str, np.ndarray]) -> 
             continue
         path, transpose = target
         if path in values:
-            if names[path] != name and {names[path], name} <= {"embed_out.weight",
-                                                               "lm_head.weight"}:
+            if names[path] != name and {names[path], name} <= {
+                "embed_out.weight",
+                "lm_head.weight",
+            }:
                 continue  # both head spellings present: keep the first
             raise ValueError(f"tensor {name!r} appears twice in the checkpoint")
         if path not in expected:
@@ -397,7 +408,9 @@ def hf_config_dict(config: PythiaConfig, *, spelling: str = "hub") -> dict[str, 
 def hf_tensors(model: Pythia, *, head_name: str = "embed_out.weight") -> dict[str, np.ndarray]:
     """The model's weights as an HF GPT-NeoX state dict of numpy arrays (inverse of loading)."""
     if head_name not in ("embed_out.weight", "lm_head.weight"):
-        raise ValueError(f"head_name must be 'embed_out.weight' or 'lm_head.weight', got {head_name!r}")
+        raise ValueError(
+            f"head_name must be 'embed_out.weight' or 'lm_head.weight', got {head_name!r}"
+        )
     flat = dict(_flatten(nnx.to_pure_dict(nnx.state(model, nnx.Param))))
     out: dict[str, np.ndarray] = {}
     for path, value in flat.items():
@@ -437,7 +450,10 @@ def is_converted(directory: str | os.PathLike) -> bool:
 
 
 def save_converted(
-    model: Pythia, directory: str | os.PathLike, *, source: str | os.PathLike | None = None,
+    model: Pythia,
+    directory: str | os.PathLike,
+    *,
+    source: str | os.PathLike | None = None,
     overwrite: bool = False,
 ) -> pathlib.Path:
     """Write ``llome_pythia.json`` (config) and ``params/`` (orbax ``StandardCheckpointer``).

@@ -79,10 +79,18 @@ _RELEASED_VOCAB = {"6.9b": 50432, "12b": 50688}
 #: Small from-scratch presets for CPU experiments (``vocab_size`` must be given):
 #: ``tiny`` ~0.2M + 128 V parameters, ``small`` ~3.2M + 512 V.
 _SCRATCH = {
-    "tiny": {"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
-             "intermediate_size": 256},
-    "small": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
-              "intermediate_size": 1024},
+    "tiny": {
+        "hidden_size": 64,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "intermediate_size": 256,
+    },
+    "small": {
+        "hidden_size": 256,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "intermediate_size": 1024,
+    },
 }
 
 PRESETS: tuple[str, ...] = (*_RELEASED, *_SCRATCH)
@@ -127,8 +135,14 @@ class PythiaConfig:
     remat: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+        ):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"PythiaConfig.{name} must be a positive int, got {value!r}")
@@ -154,7 +168,9 @@ class PythiaConfig:
                 "GELU that Pythia uses)"
             )
         if self.param_dtype not in _DTYPES:
-            raise ValueError(f"param_dtype must be one of {sorted(_DTYPES)}, got {self.param_dtype!r}")
+            raise ValueError(
+                f"param_dtype must be one of {sorted(_DTYPES)}, got {self.param_dtype!r}"
+            )
         if self.compute_dtype not in ("float32", "bfloat16"):
             raise ValueError(
                 f"compute_dtype must be 'float32' or 'bfloat16', got {self.compute_dtype!r}"
@@ -228,9 +244,7 @@ class KVCache:
     value: tuple[jax.Array, ...]
 
 
-def attention_mask_for(
-    slot_valid: jax.Array, query_slots: jax.Array
-) -> jax.Array:
+def attention_mask_for(slot_valid: jax.Array, query_slots: jax.Array) -> jax.Array:
     """Boolean attention mask ``[B, T, S]`` for queries at cache slots ``query_slots``.
 
     Query ``t`` (at slot ``q_t``) sees slot ``s`` iff ``slot_valid[b, s]`` and ``s <= q_t``; it
@@ -279,9 +293,7 @@ def _layer_norm(cfg: PythiaConfig, rngs: nnx.Rngs) -> nnx.LayerNorm:
 def _rotary(config: PythiaConfig, positions: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``cos, sin`` of shape ``[B, T, rotary_ndims]`` (float32), HF's ``[f | f]`` layout."""
     rot = config.rotary_ndims
-    inv_freq = 1.0 / (
-        config.rotary_emb_base ** (jnp.arange(0, rot, 2, dtype=jnp.float32) / rot)
-    )
+    inv_freq = 1.0 / (config.rotary_emb_base ** (jnp.arange(0, rot, 2, dtype=jnp.float32) / rot))
     freqs = positions.astype(jnp.float32)[..., None] * inv_freq
     emb = jnp.concatenate([freqs, freqs], axis=-1)
     return jnp.cos(emb), jnp.sin(emb)

@@ -268,7 +268,9 @@ def _validate(
     if temp.ndim == 0:
         temp = np.full((ids.shape[0],), temp, np.float32)
     if temp.shape != (ids.shape[0],):
-        raise ValueError(f"temperature must be a scalar or shape ({ids.shape[0]},), got {temp.shape}")
+        raise ValueError(
+            f"temperature must be a scalar or shape ({ids.shape[0]},), got {temp.shape}"
+        )
     if not np.isfinite(temp).all():
         raise ValueError("temperature must be finite (<= 0 means greedy)")
     return ids.astype(np.int32), mask.astype(np.int32), temp
