@@ -91,6 +91,13 @@ def main() -> None:
         f"implementation: {tmodel.config._attn_implementation}; {os.cpu_count()} CPUs"
     )
 
+    big = PythiaConfig.preset("2.8b")
+    big_count = num_parameters(nnx.eval_shape(lambda: Pythia(big, rngs=nnx.Rngs(0))))
+    print(
+        f"Pythia-2.8B built abstractly (nnx.eval_shape): {big_count:,} parameters, "
+        f"{4 * big_count / 1e9:.1f} GB in fp32"
+    )
+
     b, t = args.batch, args.seq
     rng = np.random.default_rng(0)
     ids = rng.integers(0, 50000, (b, t)).astype(np.int32)
@@ -303,6 +310,7 @@ def main() -> None:
         "torch_threads": torch.get_num_threads(),
         "torch_attn_implementation": tmodel.config._attn_implementation,
         "load_average": os.getloadavg(),
+        "pythia_2p8b_parameters": big_count,
     }
     rows_json = [dict(zip(("name", "ours", "torch", "speedup", "unit", "target"), r)) for r in rows]
     out.write_text(json.dumps({"meta": meta, "results": results, "table": rows_json}, indent=2))
