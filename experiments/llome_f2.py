@@ -67,6 +67,14 @@ def run_ga(seed: int, budget: int, args: argparse.Namespace) -> list[tuple[int, 
     return list(zip(evaluations.tolist(), regret.tolist()))
 
 
+def _summary(rows: list[list]) -> list[list]:
+    """Final (num_evaluations, min_regret) of every (method, seed) in ``curves.csv`` rows."""
+    last: dict[tuple, list] = {}
+    for method, seed, _, evaluations, regret in rows:
+        last[(method, seed)] = [method, seed, evaluations, regret]
+    return list(last.values())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", default="marge,sft,dpo")
@@ -77,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="results/llome_f2")
     parser.add_argument("--no-ga", action="store_true", help="skip the GA baseline")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument(
+        "--plot-only",
+        action="store_true",
+        help="do not run LLOME: collect the rounds already in the run directories (partial runs "
+        "included), run the GA baseline, write the CSVs and the plot",
+    )
     args = parser.parse_args(argv)
 
     from llome_jax.llome.presets import preset
@@ -97,7 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     for method in methods:
         for seed in seeds:
-            records = run_llome(method, seed, args, out)
+            if args.plot_only:
+                path = out / f"{method}_seed{seed}" / "rounds.jsonl"
+                if not path.exists():
+                    print(f"skipping {METHODS[method]} seed {seed}: no {path}")
+                    continue
+                records = [json.loads(line) for line in path.read_text().splitlines()]
+            else:
+                records = run_llome(method, seed, args, out)
             x = [r["num_evaluations"] for r in records]
             y = [r["min_regret"] for r in records]
             curves.setdefault(METHODS[method], []).append((x, y))
@@ -119,9 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     with open(out / "summary.csv", "w", newline="") as stream:
         writer = csv.writer(stream)
         writer.writerow(["method", "seed", "final_evaluations", "final_min_regret"])
-        for name, runs in curves.items():
-            for seed, (x, y) in zip(seeds, runs):
-                writer.writerow([name, seed, x[-1], y[-1]])
+        for row in _summary(rows):
+            writer.writerow(row)
     plot_regret_curves(
         curves,
         out / "min_regret_f2.png",
