@@ -308,6 +308,13 @@ def run(
         out, config, resume=resume, mutable_keys=("rounds", "resume", "out")
     )
     abstract = jax.eval_shape(lambda k: lambo_model.init_params(k, mc), jax.random.key(0))
+    if progress:
+        log(
+            f"LaMBO-2 on {fn.config.name}: CNN {mc.embed_dim}/{mc.channel_dim}/{mc.out_dim} "
+            f"k{mc.kernel_size}, {lambo_model.num_parameters(abstract):,} trainable parameters "
+            f"(+{lambo_model.pe_table_size(mc):,} in the reference's frozen sinusoid table), "
+            f"{mc.ensemble_size}+{mc.ensemble_size} ensemble members"
+        )
     records: list[dict[str, Any]] = []
     ga_evaluations = cfg.ga_generations * cfg.ga_particles
     with CheckpointManager(run_dir.checkpoint_dir, max_to_keep=2) as manager:
