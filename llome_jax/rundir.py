@@ -319,15 +319,35 @@ class RunDirectory:
         return rounds, sequences, values
 
     # ------------------------------------------------------------------ plots
-    def plot_regret(self, label: str | None = None, title: str | None = None) -> pathlib.Path:
-        """Write ``regret.png``: minimum simple regret vs number of evaluations (log x axis)."""
+    def regret_curve(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(evaluations, min_regret)`` float arrays for plotting.
+
+        ``rounds.jsonl``'s ``(num_evaluations, min_regret)`` when every round records both: the
+        optimizer's own oracle accounting (e.g. the GA seed data counts all ``n0 * n`` calls while
+        ``evaluated.csv`` keeps only its distinct sequences). Otherwise the running minimum over
+        ``evaluated.csv``, one evaluation per row.
+        """
+        rounds = self.rounds()
+        if rounds and all(
+            r.get("num_evaluations") is not None and r.get("min_regret") is not None for r in rounds
+        ):
+            evaluations = np.asarray([r["num_evaluations"] for r in rounds], float)
+            return evaluations, np.asarray([r["min_regret"] for r in rounds], float)
         _, _, values = self.evaluated()
         curve = np.minimum.accumulate(regret(values)) if values.size else np.zeros(0)
-        evaluations = np.arange(1, values.size + 1)
+        return np.arange(1, values.size + 1, dtype=float), curve
+
+    def plot_regret(
+        self, label: str | None = None, title: str | None = None, *, log_x: bool = True
+    ) -> pathlib.Path:
+        """Write ``regret.png``: :meth:`regret_curve` (min simple regret vs evaluations)."""
         name = label or self.config().get("optimizer", "run")
         target = self.path / self.REGRET_PLOT
         plot_regret_curves(
-            {name: [(evaluations, curve)]}, target, title=title or str(self.path.name)
+            {name: [self.regret_curve()]},
+            target,
+            title=title or str(self.path.name),
+            log_x=log_x,
         )
         return target
 

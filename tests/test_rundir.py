@@ -43,6 +43,22 @@ def test_log_read_and_rollback(tmp_path):
     assert [r["round"] for r in run.rounds()] == [0]
     assert len(run.evaluated()[0]) == 2
     assert run.plot_regret().stat().st_size > 1000
+    # no min_regret in the rounds: one evaluation per csv row, running minimum
+    evaluations, curve = run.regret_curve()
+    np.testing.assert_array_equal(evaluations, [1, 2])
+    np.testing.assert_array_equal(curve, [1.0, 1.0])
+
+
+def test_regret_curve_uses_the_rounds_own_accounting(tmp_path):
+    """GA seed data: 10,000 oracle calls but only its distinct sequences in evaluated.csv."""
+    run = rundir.RunDirectory.create(tmp_path, {"optimizer": "x"})
+    run.log_evaluated(0, np.zeros((3, 4), int), [0.25, 0.5, -np.inf])
+    run.log_round({"round": 0, "num_evaluations": 10_000, "min_regret": 0.5})
+    run.log_evaluated(1, np.ones((2, 4), int), [0.75, 0.0])
+    run.log_round({"round": 1, "num_evaluations": 10_002, "min_regret": 0.25})
+    evaluations, curve = run.regret_curve()
+    np.testing.assert_array_equal(evaluations, [10_000, 10_002])
+    np.testing.assert_array_equal(curve, [0.5, 0.25])
 
 
 def test_metrics_by_hand():

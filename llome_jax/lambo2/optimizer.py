@@ -255,19 +255,7 @@ class RunResult:
 
 
 def _plot(run_dir: Any, cfg: Lambo2Config) -> None:
-    from llome_jax.rundir import plot_regret_curves
-
-    rounds = run_dir.rounds()
-    if not rounds:
-        return
-    x = np.asarray([r["num_evaluations"] for r in rounds], float)
-    y = np.asarray([r["min_regret"] for r in rounds], float)
-    plot_regret_curves(
-        {"LaMBO-2": [(x, y)]},
-        run_dir.path / run_dir.REGRET_PLOT,
-        title=f"LaMBO-2 on {cfg.function} (seed {cfg.seed})",
-        log_x=False,
-    )
+    run_dir.plot_regret("LaMBO-2", f"LaMBO-2 on {cfg.function} (seed {cfg.seed})", log_x=False)
 
 
 def run(

@@ -1039,23 +1039,10 @@ def _round_line(m: Mapping[str, Any]) -> str:
 
 
 def _plot(run_dir: Any, cfg: LoopConfig) -> None:
-    """``regret.png``: min regret vs oracle evaluations (paper accounting: GA = n0 * n_GA)."""
-    from llome_jax.rundir import plot_regret_curves
-
-    rounds = run_dir.rounds()
-    if not rounds:
-        return
-    x = np.asarray([r["num_evaluations"] for r in rounds], float)
-    y = np.asarray([r["min_regret"] for r in rounds], float)
     name = "LLOME-" + "/".join(
         dict.fromkeys(n.upper() if n != "marge" else "MargE" for n, _ in cfg.schedule)
     )
-    plot_regret_curves(
-        {name: [(x, y)]},
-        run_dir.path / run_dir.REGRET_PLOT,
-        title=f"LLOME on {cfg.function} (seed {cfg.seed})",
-        log_x=False,
-    )
+    run_dir.plot_regret(name, f"LLOME on {cfg.function} (seed {cfg.seed})", log_x=False)
 
 
 def run(
