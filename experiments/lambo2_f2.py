@@ -23,6 +23,8 @@ import pathlib
 import sys
 import time
 
+from _curves import print_finals, run_ga, write_curves  # experiments/_curves.py
+
 
 def run_lambo2(seed: int, args: argparse.Namespace, out: pathlib.Path) -> list[dict]:
     from llome_jax.lambo2 import optimizer
@@ -47,22 +49,6 @@ def run_lambo2(seed: int, args: argparse.Namespace, out: pathlib.Path) -> list[d
             log=lambda line: print(f"[seed {seed}] {line}", flush=True),
         )
     return [r for r in RunDirectory(path).rounds() if r["round"] <= args.rounds]
-
-
-def run_ga(seed: int, budget: int, function: str) -> list[tuple[int, float]]:
-    import jax
-    import numpy as np
-
-    from llome_jax import ehrlich, ga
-
-    fn = ehrlich.resolve_function(function)
-    x0 = ehrlich.resolve_initial_solution(function)
-    config = ga.GAConfig()
-    generations = max(1, budget // config.num_particles)
-    _, trace = ga.run(jax.random.key(10_000 + seed), fn, x0, generations, config)
-    evaluations = np.asarray(trace.num_evaluations)
-    regret = 1.0 - np.asarray(trace.best_value, np.float64)
-    return list(zip(evaluations.tolist(), regret.tolist()))
 
 
 def read_llome_curves(path: pathlib.Path) -> dict[str, list]:
@@ -128,10 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     llome = read_llome_curves(pathlib.Path(args.llome))
     curves.update(llome)
 
-    with open(out / "curves.csv", "w", newline="") as stream:
-        writer = csv.writer(stream)
-        writer.writerow(["method", "seed", "round", "num_evaluations", "min_regret"])
-        writer.writerows(rows)
+    write_curves(out / "curves.csv", rows)
     with open(out / "summary.csv", "w", newline="") as stream:
         writer = csv.writer(stream)
         writer.writerow(
@@ -153,9 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"wrote {out}/curves.csv, summary.csv, min_regret_f2.png ({time.perf_counter() - t0:.0f} s)"
     )
-    for name, runs in curves.items():
-        finals = [y[-1] for _, y in runs]
-        print(f"{name:>12}: final min regret {finals} at {[x[-1] for x, _ in runs]} evaluations")
+    print_finals(curves)
     return 0
 
 

@@ -24,6 +24,8 @@ import pathlib
 import sys
 import time
 
+from _curves import print_finals, run_ga, write_curves  # experiments/_curves.py
+
 METHODS = {"marge": "LLOME-MargE", "sft": "LLOME-SFT", "dpo": "LLOME-DPO"}
 
 
@@ -49,22 +51,6 @@ def run_llome(method: str, seed: int, args: argparse.Namespace, out: pathlib.Pat
         extra_config={"loss": method},
     )
     return [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
-
-
-def run_ga(seed: int, budget: int, args: argparse.Namespace) -> list[tuple[int, float]]:
-    import jax
-    import numpy as np
-
-    from llome_jax import ehrlich, ga
-
-    fn = ehrlich.resolve_function(args.function)
-    x0 = ehrlich.resolve_initial_solution(args.function)
-    config = ga.GAConfig()
-    generations = max(1, budget // config.num_particles)
-    _, trace = ga.run(jax.random.key(10_000 + seed), fn, x0, generations, config)
-    evaluations = np.asarray(trace.num_evaluations)
-    regret = 1.0 - np.asarray(trace.best_value, np.float64)
-    return list(zip(evaluations.tolist(), regret.tolist()))
 
 
 def _summary(rows: list[list]) -> list[list]:
@@ -128,15 +114,12 @@ def main(argv: list[str] | None = None) -> int:
                 )
     if not args.no_ga:
         for seed in seeds:
-            trace = run_ga(seed, budget, args)
+            trace = run_ga(seed, budget, args.function)
             curves.setdefault("GA", []).append(([e for e, _ in trace], [g for _, g in trace]))
             for generation, (e, g) in enumerate(trace, start=1):
                 rows.append(["GA", seed, generation, e, g])
 
-    with open(out / "curves.csv", "w", newline="") as stream:
-        writer = csv.writer(stream)
-        writer.writerow(["method", "seed", "round", "num_evaluations", "min_regret"])
-        writer.writerows(rows)
+    write_curves(out / "curves.csv", rows)
     with open(out / "summary.csv", "w", newline="") as stream:
         writer = csv.writer(stream)
         writer.writerow(["method", "seed", "final_evaluations", "final_min_regret"])
@@ -151,9 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"wrote {out}/curves.csv, summary.csv, min_regret_f2.png ({time.perf_counter() - t0:.0f} s)"
     )
-    for name, runs in curves.items():
-        finals = [y[-1] for _, y in runs]
-        print(f"{name:>12}: final min regret {finals} at {[x[-1] for x, _ in runs]} evaluations")
+    print_finals(curves)
     return 0
 
 
