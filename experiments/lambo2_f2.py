@@ -1,7 +1,7 @@
 """LaMBO-2 vs the GA (and LLOME, when its results exist) on the paper's f2 (paper Fig. 3, f2 panel).
 
 Each seed runs ``--rounds`` LaMBO-2 rounds of the ``--preset`` configuration (default ``cpu``:
-n = 2000 per round after 10 GA generations of 1000, a 32/64/32 CNN, E = 16, S = 32) in its own
+n = 2000 per round after 10 GA generations of 1000, a 32/32/32 CNN, E = 16, S = 32) in its own
 resumable run directory ``results/lambo2_f2/seed<k>/`` (re-running resumes unfinished runs and
 skips finished ones). The GA baseline runs the paper's GA (n = 1000) for the same oracle budget
 (``n0 * 1000 + rounds * n`` evaluations). LLOME curves are read from

@@ -126,12 +126,12 @@ class ModelConfig:
     def preset(cls, name: str, num_states: int, length: int, **overrides: Any) -> ModelConfig:
         """Named sizes (spec §3.7): ``paper`` (128/128/128, k 5: 447,271 trainable for v 32),
         ``paper_314k`` (k 3: 281,383 + 257x128 table = 314,279 with ``max_len`` 256),
-        ``bbo_bench`` (32/128/32, k 5), ``cpu`` (32/64/32, k 5), ``tiny`` (8/8/8, k 3, 2 members)."""
+        ``bbo_bench`` (32/128/32, k 5), ``cpu`` (32/32/32, k 5; BUILD.md: why), ``tiny`` (8/8/8, k 3, 2 members)."""
         presets = {
             "paper": {},
             "paper_314k": {"kernel_size": 3},
             "bbo_bench": {"embed_dim": 32, "channel_dim": 128, "out_dim": 32},
-            "cpu": {"embed_dim": 32, "channel_dim": 64, "out_dim": 32},
+            "cpu": {"embed_dim": 32, "channel_dim": 32, "out_dim": 32},
             "tiny": {
                 "embed_dim": 8,
                 "channel_dim": 8,
