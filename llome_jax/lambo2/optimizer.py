@@ -101,7 +101,8 @@ class Lambo2Config:
 #: Named configurations. ``smoke``: seconds (tiny model, 32 proposals); ``cpu``: the paper's
 #: protocol on f2 (10 GA generations of 1000, 10 rounds of 2000) with a smaller CNN
 #: (32/32/32, 54,663 parameters) and E = 16 (bbo-bench's value; E = 8 left the MLM head too
-#: weak: 0 % feasible proposals on f2) so that a round takes minutes on 2 cores; ``paper``: the paper's settings.
+#: weak: 0 % feasible proposals on f2) so that a round takes minutes on 2 cores; ``paper``: the
+#: paper's settings.
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": {
         "num_samples": 32,
