@@ -101,18 +101,20 @@ def main() -> None:
         reached.any(axis=1), reached.argmax(axis=1) + HOLO_GENERATION_OFFSET, np.inf
     )
     if not np.all(np.isfinite(generations)):
-        print(f"warning: {int(np.sum(~np.isfinite(generations)))} f1 seeds did not reach the optimum")
+        print(
+            f"warning: {int(np.sum(~np.isfinite(generations)))} f1 seeds did not reach the optimum"
+        )
     results["f1"] = summarise(generations, REFERENCE["f1"])
     results["f1"]["fixture_runs"] = [run["generations_run"] for run in reference_fixture_runs("f1")]
 
     best = run_seeds("f2", args.seeds, 300 - HOLO_GENERATION_OFFSET + 1, args.seed + 1)
     results["f2"] = summarise(best[:, -1], REFERENCE["f2"])
-    results["f2"]["fixture_runs"] = [
-        run["best_so_far"][-1] for run in reference_fixture_runs("f2")
-    ]
+    results["f2"]["fixture_runs"] = [run["best_so_far"][-1] for run in reference_fixture_runs("f2")]
 
-    print(f"{'fn':4} {'statistic':24} {'ours median':>11} {'ours range':>17} {'95% CI':>17} "
-          f"{'ref median':>10} {'ref range':>13}  ok")
+    print(
+        f"{'fn':4} {'statistic':24} {'ours median':>11} {'ours range':>17} {'95% CI':>17} "
+        f"{'ref median':>10} {'ref range':>13}  ok"
+    )
     for name, row in results.items():
         ref = row["reference"]
         print(
