@@ -40,3 +40,44 @@ def print_finals(curves: dict[str, list]) -> None:
     for name, runs in curves.items():
         finals = [y[-1] for _, y in runs]
         print(f"{name:>12}: final min regret {finals} at {[x[-1] for x, _ in runs]} evaluations")
+
+
+def regret_at(x: list, y: list, budget: int) -> float:
+    """Min regret of one run after at most ``budget`` oracle labels (1.0 before its first point)."""
+    within = [g for e, g in zip(x, y) if e <= budget]
+    return min(within) if within else 1.0
+
+
+def write_method_table(
+    path: pathlib.Path, curves: dict[str, list], budget: int, target: float = 0.25
+) -> list[list]:
+    """``by_method.csv``: per method, the min regret at ``budget`` over its runs (median, mean,
+    min, max) and how many runs reached ``target``; also printed as a markdown table."""
+    import numpy as np
+
+    fields = ["method", "runs", "median", "mean", "min", "max", f"runs_at_or_below_{target}"]
+    table = []
+    for name, runs in curves.items():
+        finals = np.array([regret_at(x, y, budget) for x, y in runs])
+        table.append(
+            [
+                name,
+                len(finals),
+                float(np.median(finals)),
+                float(finals.mean()),
+                float(finals.min()),
+                float(finals.max()),
+                int((finals <= target).sum()),
+            ]
+        )
+    with open(path, "w", newline="") as stream:
+        writer = csv.writer(stream)
+        writer.writerow(fields)
+        writer.writerows(table)
+    print(f"min regret at {budget} oracle labels")
+    print("| " + " | ".join(fields) + " |")
+    print("|" + "---|" * len(fields))
+    for row in table:
+        cells = [f"{v:.4f}" if isinstance(v, float) else str(v) for v in row]
+        print("| " + " | ".join(cells) + " |")
+    return table

@@ -24,7 +24,7 @@ import pathlib
 import sys
 import time
 
-from _curves import print_finals, run_ga, write_curves  # experiments/_curves.py
+from _curves import print_finals, run_ga, write_curves, write_method_table  # experiments/_curves.py
 
 METHODS = {"marge": "LLOME-MargE", "sft": "LLOME-SFT", "dpo": "LLOME-DPO"}
 
@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         f"wrote {out}/curves.csv, summary.csv, min_regret_f2.png ({time.perf_counter() - t0:.0f} s)"
     )
     print_finals(curves)
+    write_method_table(out / "by_method.csv", curves, budget)
     return 0
 
 
