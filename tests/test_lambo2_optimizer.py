@@ -96,3 +96,18 @@ def test_bad_input_gives_clear_messages(tmp_path):
     assert not (tmp_path / "missing" / "rounds.jsonl").exists()
     with pytest.raises(ValueError, match="version"):
         optimizer.preset("smoke", design={"version": "v9"})
+
+
+def test_config_json_leaves_out_default_kl_weight():
+    """``config.json`` of a lambda = 0 run equals the pre-KL-option layout (resume stays
+    possible); a non-zero lambda is recorded and round-trips through the CLI overrides."""
+    plain = optimizer.preset("smoke").to_dict()
+    assert "kl_weight" not in plain["design"]
+    assert set(plain["design"]) == set(optimizer.preset("smoke").to_dict()["design"])
+    weighted = optimizer.preset("smoke", design={"kl_weight": 0.25}).to_dict()
+    assert weighted["design"]["kl_weight"] == 0.25
+    assert {k: v for k, v in weighted["design"].items() if k != "kl_weight"} == plain["design"]
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    args = parser.parse_args(["--preset", "smoke", "--kl-weight", "0.5", "--out", "x"])
+    assert command.build_config(args).design.kl_weight == 0.5

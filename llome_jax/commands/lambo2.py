@@ -38,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--design-steps", type=int, default=None, help="design steps S per round (preset)"
     )
     parser.add_argument(
+        "--kl-weight",
+        type=float,
+        default=None,
+        help="KL weight lambda in [0, 1) of the design step (preset: 0, the paper's value)",
+    )
+    parser.add_argument(
         "--devices",
         type=int,
         default=None,
@@ -67,8 +73,14 @@ def build_config(args: argparse.Namespace):  # -> Lambo2Config
         overrides["num_samples"] = args.num_samples
     if args.epochs is not None:
         overrides["train"] = {"epochs": args.epochs}
+    design: dict = {}
     if args.design_steps is not None:
-        overrides["design"] = {"num_steps": args.design_steps}
+        design["num_steps"] = args.design_steps
+    kl_weight = getattr(args, "kl_weight", None)  # namespaces built by hand may lack it
+    if kl_weight is not None:
+        design["kl_weight"] = kl_weight
+    if design:
+        overrides["design"] = design
     return preset(args.preset, **overrides)
 
 

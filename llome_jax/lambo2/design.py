@@ -14,12 +14,19 @@ Per step ``s`` (§9):
    sequence by Gumbel-top-``M``;
 3. mask each edit position with probability ``1 / sqrt(1 + s)`` (set ``C``) and encode: ``h0``;
 4. ``delta = 0``, fresh Adam(``eta``, betas (0.09, 0.0999)); decode-and-accept ``h0``; ``K_g`` times:
-   Adam step on ``-mean_i a(h0 + delta 1[C])``, decode-and-accept.
+   Adam step on ``lambda KL - (1 - lambda) mean_i a(h0 + delta 1[C])``, decode-and-accept.
 
 Decode-and-accept samples tokens (utility tokens excluded) at ``C`` from the generative head,
 re-scores the discrete proposal with a clean forward and accepts per sequence iff the acquisition
 does not decrease. The acquisition (§7) is the ensemble mean of ``log fatplus_tau(mu_e(x) -
 best_e)`` with ``best_e = max_j mu_e(seed_j)``.
+
+KL term (``DesignConfig.kl_weight = lambda``, default 0 = the paper; §9.4): the guidance loss adds
+``lambda KL`` where ``KL = mean_{(i, p in C)} KL(softmax(logits(h)) || q0)`` and ``q0`` is the
+generative head's viable-token distribution at ``h0`` (clamped to >= 1e-6, renormalised), and the
+acceptance score becomes ``(1 - lambda) a(x) + lambda PLL(x)`` with the MLM pseudo-log-likelihood
+``PLL(x) = mean_{real p} log p(x_p | x with p masked)`` (``L`` extra encoder passes per scored
+batch). With ``lambda = 0`` none of this is traced: the compiled step is the one without the term.
 
 Data parallelism: pass ``mesh``; the population is placed with ``NamedSharding(mesh, P("data"))``
 and the model replicated. Nothing in a design step reduces over sequences except the guidance
@@ -62,7 +69,10 @@ __all__ = [
     "guidance_optimizer",
     "guidance_update",
     "log_fatplus",
+    "mean_kl_to_reference",
     "member_means",
+    "pseudo_log_likelihood",
+    "reference_distribution",
     "select_seeds",
 ]
 
@@ -85,6 +95,10 @@ class DesignConfig:
       tau: fat-plus temperature (1e-6).
       use_constraints: multiply each member's mean by its feasibility probability (off in the
         paper's configuration).
+      kl_weight: ``lambda`` in ``[0, 1)`` (spec §9.4; 0 in the paper and bbo-bench). The guidance
+        loss is ``lambda KL - (1 - lambda) mean_i a(h_i)`` and sequences are accepted on
+        ``(1 - lambda) a(x) + lambda PLL(x)``; 0 switches both off (the compiled step is then
+        exactly the one without the term).
     """
 
     num_steps: int = 32
@@ -97,6 +111,7 @@ class DesignConfig:
     normalize_null: bool = False
     tau: float = 1e-6
     use_constraints: bool = False
+    kl_weight: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("num_steps", "num_mutations"):
@@ -111,6 +126,12 @@ class DesignConfig:
             raise ValueError(f"version must be 'v0.0.4' or 'v0.0.3', got {self.version!r}.")
         if self.guidance_step_size < 0 or self.tau <= 0:
             raise ValueError("guidance_step_size must be >= 0 and tau > 0.")
+        kl = self.kl_weight
+        if isinstance(kl, bool) or not isinstance(kl, (int, float)) or not 0.0 <= kl < 1.0:
+            raise ValueError(
+                f"DesignConfig.kl_weight must be a number in [0, 1) (lambda of spec §9.4; 1 would "
+                f"drop the acquisition entirely), got {kl!r}."
+            )
 
     @property
     def guidance_betas(self) -> tuple[float, float]:
@@ -128,19 +149,21 @@ class RegressorStats:
 
 @functools.partial(
     jax.tree_util.register_dataclass,
-    data_fields=["acquisition", "accepted", "changes", "num_masked"],
+    data_fields=["acquisition", "accepted", "changes", "num_masked", "score"],
     meta_fields=[],
 )
 @dataclasses.dataclass(frozen=True)
 class DesignTrace:
     """Per design step (leading axis ``S``): acquisition after the step f32 ``[S, n]``, accepted
     proposals int32 ``[S, n]`` (of ``K_g + 1``), Hamming change of the step int32 ``[S, n]``,
-    masked positions ``|C|`` int32 ``[S, n]``."""
+    masked positions ``|C|`` int32 ``[S, n]``, acceptance score after the step f32 ``[S, n]``
+    (``(1 - lambda) a + lambda PLL``; the acquisition itself when ``lambda = 0``)."""
 
     acquisition: jax.Array
     accepted: jax.Array
     changes: jax.Array
     num_masked: jax.Array
+    score: jax.Array
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,6 +230,66 @@ def best_values(
 def acquisition(mu: jax.Array, best: jax.Array, tau: float = 1e-6) -> jax.Array:
     """``a = mean_e log fatplus(mu_e - best_e)``: ``mu [E, B]``, ``best [E]`` -> ``[B]``."""
     return log_fatplus(mu - best[:, None], tau).mean(axis=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# KL term and pseudo-log-likelihood (spec §9.4, lambda > 0 only)
+# ---------------------------------------------------------------------------------------------
+def _viable_logits(config: ModelConfig, logits: jax.Array) -> jax.Array:
+    """Logits with the non-viable (utility) tokens set to ``-inf``."""
+    return jnp.where(jnp.arange(config.vocab_size) < config.num_states, logits, -jnp.inf)
+
+
+def reference_distribution(config: ModelConfig, params: Params, h0: jax.Array) -> jax.Array:
+    """``q0 = normalise(max(softmax(logits(h0) | viable), 1e-6))``: f32 ``[n, N, V]`` (spec §9.4).
+
+    The generative head's distribution at the unguided features ``h0`` with non-viable tokens
+    at ``-inf``, clamped to ``>= 1e-6`` (so utility tokens get ``1e-6``) and renormalised, as
+    cortex's ``Categorical(probs=softmax(...).clamp_min(1e-6))``. ``params`` is the full tree.
+    """
+    q = jax.nn.softmax(_viable_logits(config, gen_apply(config, params["gen"], h0)), axis=-1)
+    q = jnp.maximum(q, 1e-6)
+    return q / q.sum(-1, keepdims=True)
+
+
+def mean_kl_to_reference(
+    config: ModelConfig, params: Params, h: jax.Array, q0: jax.Array, chosen: jax.Array
+) -> jax.Array:
+    """``KL = mean_{(i, p): p in C_i} sum_t p_t (log p_t - log q0_t)``, ``p = softmax(logits(h))``.
+
+    Spec §9.4: the guided logits are *not* masked for non-viable tokens, so at ``h = h0`` the value
+    is not exactly 0 (mass on utility tokens and the 1e-6 clamp). The mean runs over every masked
+    position of the whole population (cortex's ``masked_select(...).mean()``); 0 when ``C`` is
+    empty everywhere (cortex would give NaN). ``h`` ``[n, N, d_o]``, ``q0`` ``[n, N, V]``,
+    ``chosen`` bool ``[n, N]`` -> f32 scalar.
+    """
+    logp = jax.nn.log_softmax(gen_apply(config, params["gen"], h), axis=-1)
+    kl = (jnp.exp(logp) * (logp - jnp.log(q0))).sum(-1)
+    weight = chosen.astype(kl.dtype)
+    return (kl * weight).sum() / jnp.maximum(weight.sum(), 1.0)
+
+
+def pseudo_log_likelihood(config: ModelConfig, params: Params, tokens: jax.Array) -> jax.Array:
+    """MLM pseudo-log-likelihood ``PLL(x) = mean_{p real} log softmax(logits(x^(p)))_{p, x_p}``.
+
+    ``x^(p)`` is ``x`` with position ``p`` replaced by ``<mask>``; the log-softmax is over the full
+    vocabulary (cortex ``mlm_pseudo_log_likelihood``; spec §9.4). Real positions are the alphabet
+    tokens (``< num_states``; pads and other utility tokens are excluded). Cost: one encoder pass
+    over ``N n`` sequences (all ``N`` single-position maskings at once, so ``N`` times the
+    activation memory of a plain forward); the generative head, which is per-position, only runs
+    at the masked position. ``tokens`` int ``[n, N]`` (already padded) -> f32 ``[n]``.
+    """
+    tokens = jnp.asarray(tokens, jnp.int32)
+    n, length = tokens.shape
+    encoder = encoder_module(config, params["encoder"])
+    diagonal = jnp.eye(length, dtype=bool)  # [p, N]
+    occluded = jnp.where(diagonal[:, None, :], config.mask_id, tokens[None])  # [p, n, N]
+    h = encoder(occluded.reshape(length * n, length)).reshape(length, n, length, -1)
+    h_at = h[jnp.arange(length), :, jnp.arange(length)]  # [p, n, d_o]: features at p
+    logp = jax.nn.log_softmax(gen_apply(config, params["gen"], h_at), axis=-1)  # [p, n, V]
+    token_logp = jnp.take_along_axis(logp, tokens.T[..., None], axis=-1)[..., 0].T  # [n, p]
+    real = (tokens < config.num_states).astype(token_logp.dtype)
+    return (token_logp * real).sum(-1) / jnp.maximum(real.sum(-1), 1.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,18 +370,29 @@ def guidance_update(
     delta: jax.Array,
     opt_state: Any,
 ) -> tuple[jax.Array, Any]:
-    """One Adam step on ``delta`` for ``loss = -mean_i a(h0_i + delta_i 1[C_i])`` (spec §9.4).
+    """One Adam step on ``delta`` for the guidance loss of spec §9.4 with ``h = h0 + delta 1[C]``:
+
+    ``loss = lambda KL(h) - (1 - lambda) mean_i a(h_i)`` (:func:`mean_kl_to_reference` against
+    ``q0 = reference_distribution(h0)``, fixed); with ``lambda = 0`` exactly
+    ``-mean_i a(h_i)`` (the KL term is not traced).
 
     Shapes: ``h0``/``delta`` ``[n, N, d_o]``, ``chosen`` (the set C) and ``mask`` bool ``[n, N]``.
     ``delta`` stays 0 outside ``C`` (its gradient is 0 there, so Adam's update is 0).
     """
     cmask = chosen[..., None].astype(h0.dtype)
+    kl_weight = design_config.kl_weight
+    if kl_weight > 0:
+        q0 = jax.lax.stop_gradient(reference_distribution(model_config, params, h0))
 
     def loss(delta):
+        h = h0 + delta * cmask
         mu = _means_from_features(
-            model_config, params, stats, h0 + delta * cmask, mask, design_config.use_constraints
+            model_config, params, stats, h, mask, design_config.use_constraints
         )
-        return -acquisition(mu, best, design_config.tau).mean()
+        if kl_weight == 0:
+            return -acquisition(mu, best, design_config.tau).mean()
+        kl = mean_kl_to_reference(model_config, params, h, q0, chosen)
+        return kl_weight * kl - (1.0 - kl_weight) * acquisition(mu, best, design_config.tau).mean()
 
     g = jax.grad(loss)(delta)
     updates, opt_state = guidance_optimizer(design_config).update(g, opt_state, delta)
@@ -306,8 +400,14 @@ def guidance_update(
 
 
 def _design_step_fn(mc: ModelConfig, dc: DesignConfig, params, stats, best):
+    """``(step, acq_tokens, blend_score)`` of a design round (spec §9).
+
+    The carry is ``(x, a_cur, key)``; with ``kl_weight > 0`` it is ``(x, a_cur, key, score_cur)``
+    where ``score_cur = (1 - lambda) a_cur + lambda PLL(x)`` is the acceptance score (§9.4).
+    """
     v = mc.num_states
     encoder = encoder_module(mc, params["encoder"])
+    kl_weight = dc.kl_weight
 
     def acq_features(h, mask):
         mu = _means_from_features(mc, params, stats, h, mask, dc.use_constraints)
@@ -316,14 +416,22 @@ def _design_step_fn(mc: ModelConfig, dc: DesignConfig, params, stats, best):
     def acq_tokens(tokens):
         return acq_features(encoder(tokens), tokens != mc.pad_id)
 
+    def blend_score(tokens, a):
+        """Acceptance score ``(1 - lambda) a + lambda PLL(x)`` (only used for ``lambda > 0``)."""
+        return (1.0 - kl_weight) * a + kl_weight * pseudo_log_likelihood(mc, params, tokens)
+
     def step(carry, s):
-        x, a_cur, key = carry
+        x, a_cur, key = carry[:3]
         key, k_pos, k_mask, k_dec = jax.random.split(key, 4)
         mask = x != mc.pad_id
         real = x < v
         n, length = x.shape
         if dc.exclude_initial_solution:
             a_cur = jnp.where(s == 0, -jnp.inf, a_cur)
+        if kl_weight > 0:
+            score_cur = carry[3]
+            if dc.exclude_initial_solution:
+                score_cur = jnp.where(s == 0, -jnp.inf, score_cur)
 
         # 9.2 saliency and edit positions
         e_x = encoder.embed(x)
@@ -356,20 +464,29 @@ def _design_step_fn(mc: ModelConfig, dc: DesignConfig, params, stats, best):
 
         # 9.4 guided latent optimisation with decode-and-accept
         def decode_and_accept(state, h, key):
-            x, a_cur, accepted = state
+            x, a_cur, accepted = state[:3]
             logits = gen_apply(mc, params["gen"], h)
             logits = jnp.where(jnp.arange(mc.vocab_size) < v, logits, -jnp.inf)
             sample = jax.random.categorical(key, logits, axis=-1).astype(x.dtype)
             proposal = jnp.where(chosen, sample, x)
             a_new = acq_tokens(proposal)
-            accept = a_new >= a_cur
+            if kl_weight > 0:  # accept on the blended score (cortex's ``_update_solution``)
+                score_cur = state[3]
+                score_new = blend_score(proposal, a_new)
+                accept = score_new >= score_cur
+                extra = (jnp.where(accept, score_new, score_cur),)
+            else:
+                accept = a_new >= a_cur
+                extra = ()
             x = jnp.where(accept[:, None], proposal, x)
-            return x, jnp.where(accept, a_new, a_cur), accepted + accept.astype(jnp.int32)
+            a_cur = jnp.where(accept, a_new, a_cur)
+            return (x, a_cur, accepted + accept.astype(jnp.int32), *extra)
 
         adam = guidance_optimizer(dc)
         dec_keys = jax.random.split(k_dec, dc.guidance_updates + 1)
         x_start = x
-        state = decode_and_accept((x, a_cur, jnp.zeros(n, jnp.int32)), h0, dec_keys[0])
+        extra = (score_cur,) if kl_weight > 0 else ()
+        state = decode_and_accept((x, a_cur, jnp.zeros(n, jnp.int32), *extra), h0, dec_keys[0])
         delta = jnp.zeros_like(h0)
 
         opt_state = adam.init(delta)
@@ -378,35 +495,43 @@ def _design_step_fn(mc: ModelConfig, dc: DesignConfig, params, stats, best):
                 mc, dc, params, stats, best, h0, chosen, mask, delta, opt_state
             )
             state = decode_and_accept(state, h0 + delta * cmask, dec_keys[g + 1])
-        x, a_cur, accepted = state
+        x, a_cur, accepted = state[:3]
+        score_cur = state[3] if kl_weight > 0 else a_cur
         changes = (x != x_start).sum(-1).astype(jnp.int32)
-        out = (a_cur, accepted, changes, chosen.sum(-1).astype(jnp.int32))
-        return (x, a_cur, key), out
+        out = (a_cur, accepted, changes, chosen.sum(-1).astype(jnp.int32), score_cur)
+        return (x, a_cur, key, *state[3:]), out
 
-    return step, acq_tokens
+    return step, acq_tokens, blend_score
 
 
 @functools.partial(jax.jit, static_argnames=("model_config", "design_config"))
 def _design_round(key, params, stats, best, x0, *, model_config, design_config):
     """All ``S`` steps in one ``lax.scan`` (for accelerators; slow on XLA:CPU, see module doc)."""
     x0 = _pad(x0, model_config)
-    step, acq_tokens = _design_step_fn(model_config, design_config, params, stats, best)
+    step, acq_tokens, blend_score = _design_step_fn(
+        model_config, design_config, params, stats, best
+    )
     a0 = acq_tokens(x0)
+    score0 = (blend_score(x0, a0),) if design_config.kl_weight > 0 else ()
     steps = jnp.arange(design_config.num_steps)
-    (x, a, _), (acq, accepted, changes, masked) = jax.lax.scan(step, (x0, a0, key), steps)
-    return x[:, : model_config.length], a, DesignTrace(acq, accepted, changes, masked)
+    (x, a, *_), outputs = jax.lax.scan(step, (x0, a0, key, *score0), steps)
+    return x[:, : model_config.length], a, DesignTrace(*outputs)
 
 
 @functools.partial(jax.jit, static_argnames=("model_config", "design_config"))
 def _design_start(params, stats, best, x0, *, model_config, design_config):
+    """``(x0 padded, a(x0))``, plus the blended score of ``x0`` when ``kl_weight > 0``."""
     x0 = _pad(x0, model_config)
-    _, acq_tokens = _design_step_fn(model_config, design_config, params, stats, best)
-    return x0, acq_tokens(x0)
+    _, acq_tokens, blend_score = _design_step_fn(model_config, design_config, params, stats, best)
+    a0 = acq_tokens(x0)
+    if design_config.kl_weight > 0:
+        return x0, a0, blend_score(x0, a0)
+    return x0, a0
 
 
 @functools.partial(jax.jit, static_argnames=("model_config", "design_config"))
 def _design_step(carry, s, params, stats, best, *, model_config, design_config):
-    step, _ = _design_step_fn(model_config, design_config, params, stats, best)
+    step, _, _ = _design_step_fn(model_config, design_config, params, stats, best)
     return step(carry, s)
 
 
@@ -454,11 +579,11 @@ def design_round(
     static = {"model_config": model_config, "design_config": design_config}
     if use_scan:
         return _design_round(key, params, stats, best, x0, **static)
-    x, a = _design_start(params, stats, best, x0, **static)
-    carry, outputs = (x, a, key), []
+    x, a, *score = _design_start(params, stats, best, x0, **static)
+    carry, outputs = (x, a, key, *score), []
     for s in range(design_config.num_steps):
         carry, out = _design_step(carry, jnp.int32(s), params, stats, best, **static)
         outputs.append(out)
-    x, a, _ = carry
-    acq, accepted, changes, masked = (jnp.stack(v) for v in zip(*outputs))
-    return x[:, : model_config.length], a, DesignTrace(acq, accepted, changes, masked)
+    x, a = carry[:2]
+    trace = DesignTrace(*(jnp.stack(v) for v in zip(*outputs)))
+    return x[:, : model_config.length], a, trace

@@ -95,6 +95,10 @@ class Lambo2Config:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["model_overrides"] = dict(self.model_overrides)
+        if out["design"].get("kl_weight") == 0.0:
+            # the default is left out so that run directories written before the KL option
+            # existed still resume (their config.json has no ``kl_weight``)
+            del out["design"]["kl_weight"]
         return out
 
 
