@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import pathlib
 import platform
 import statistics
@@ -54,6 +53,7 @@ import warnings
 
 import numpy as np
 import torch
+from _report import write_json  # benchmarks/_report.py
 
 L = 32  # sequence length (= max_len, as in the port)
 V_ALPHABET = 32
@@ -346,10 +346,7 @@ def main() -> None:
         "Lightning Trainer/Hydra; optimizers()/manual_backward bound to Adam/backward(); "
         "fp32 CPU; random data",
     }
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out}")
+    write_json(args.out, result)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ Usage: ``python benchmarks/lambo2_round.py [--preset cpu] [--epochs E] [--design
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import pathlib
 import platform
@@ -27,6 +26,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _report import write_json  # benchmarks/_report.py
 
 
 def _timed(fn):
@@ -187,10 +187,7 @@ def main() -> None:
         "phases": [{"phase": n, "seconds": t, "note": note} for n, t, note in rows],
         "frac_feasible": float(feasible.mean()),
     }
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out}")
+    write_json(args.out, result)
 
 
 if __name__ == "__main__":

@@ -16,12 +16,12 @@ Usage: ``python benchmarks/llome_round.py [--preset cpu] [--rounds 2] [--functio
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import platform
 import time
 
 import jax
+from _report import write_json  # benchmarks/_report.py
 
 
 def main() -> None:
@@ -91,10 +91,7 @@ def main() -> None:
             for m in rows
         ],
     }
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out}")
+    write_json(args.out, result)
 
 
 if __name__ == "__main__":
