@@ -76,6 +76,14 @@ def test_padding_and_batch_composition_invariance():
     h = M.encoder_module(config, params["encoder"])(a)
     functional = M.ensemble_apply(config, params["cls"], h, a != pad)
     np.testing.assert_allclose(functional, out_a["cls"], rtol=1e-5, atol=1e-6)
+    # members applied one after another (the CPU default) equal the vmapped application
+    for unroll in (False, True):
+        np.testing.assert_allclose(
+            M.ensemble_apply(config, params["reg"], h, a != pad, unroll=unroll),
+            out_a["reg"],
+            rtol=1e-5,
+            atol=1e-6,
+        )
     # convolutions keep the length; padded positions of the trunk are zero except the residual
     assert h.shape == (1, 9, config.out_dim)
 
