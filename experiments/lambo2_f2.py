@@ -82,10 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llome", default="results/llome_f2/curves.csv")
     parser.add_argument("--no-ga", action="store_true", help="skip the GA baseline")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument(
+        "--plot-only",
+        action="store_true",
+        help="do not run LaMBO-2: collect the rounds already in the run directories (partial runs "
+        "included), run the GA baseline, write the CSVs and the plot",
+    )
     args = parser.parse_args(argv)
 
     from llome_jax.lambo2 import optimizer
-    from llome_jax.rundir import plot_regret_curves
+    from llome_jax.rundir import RunDirectory, plot_regret_curves
 
     if args.preset not in optimizer.PRESETS:
         raise SystemExit(f"unknown preset {args.preset!r}; choose from {sorted(optimizer.PRESETS)}")
@@ -99,7 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     t0 = time.perf_counter()
     for seed in seeds:
-        records = run_lambo2(seed, args, out)
+        if args.plot_only:
+            path = out / f"seed{seed}"
+            records = [r for r in RunDirectory(path).rounds() if r["round"] <= args.rounds]
+            if not records:
+                print(f"skipping LaMBO-2 seed {seed}: no rounds in {path}")
+                continue
+        else:
+            records = run_lambo2(seed, args, out)
         x = [r["num_evaluations"] for r in records]
         y = [r["min_regret"] for r in records]
         curves.setdefault("LaMBO-2", []).append((x, y))
