@@ -81,3 +81,17 @@ def write_method_table(
         cells = [f"{v:.4f}" if isinstance(v, float) else str(v) for v in row]
         print("| " + " | ".join(cells) + " |")
     return table
+
+
+def finish(out: pathlib.Path, curves: dict[str, list], budget: int, title: str, t0: float) -> None:
+    """The shared end of an experiment: ``min_regret_f2.png``, the final regrets and
+    ``by_method.csv`` (the caller has written ``curves.csv`` and ``summary.csv``)."""
+    import time
+
+    from llome_jax.rundir import plot_regret_curves
+
+    plot_regret_curves(curves, out / "min_regret_f2.png", title=title, log_x=False)
+    seconds = time.perf_counter() - t0
+    print(f"wrote {out}/curves.csv, summary.csv, min_regret_f2.png ({seconds:.0f} s)")
+    print_finals(curves)
+    write_method_table(out / "by_method.csv", curves, budget)

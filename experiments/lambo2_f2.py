@@ -23,7 +23,7 @@ import pathlib
 import sys
 import time
 
-from _curves import print_finals, run_ga, write_curves, write_method_table  # experiments/_curves.py
+from _curves import finish, run_ga, write_curves  # experiments/_curves.py
 
 
 def run_lambo2(seed: int, args: argparse.Namespace, out: pathlib.Path) -> list[dict]:
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from llome_jax.lambo2 import optimizer
-    from llome_jax.rundir import RunDirectory, plot_regret_curves
+    from llome_jax.rundir import RunDirectory
 
     if args.preset not in optimizer.PRESETS:
         raise SystemExit(f"unknown preset {args.preset!r}; choose from {sorted(optimizer.PRESETS)}")
@@ -138,19 +138,9 @@ def main(argv: list[str] | None = None) -> int:
                 hit = next((e for e, g in zip(x, y) if g <= 0.0), None)
                 seed = seeds[index] if name in ("LaMBO-2", "GA") else index
                 writer.writerow([name, seed, x[-1], y[-1], hit])
-    plot_regret_curves(
-        curves,
-        out / "min_regret_f2.png",
-        title=f"{args.function}: LaMBO-2 ({args.preset} preset) vs GA"
-        + (" vs LLOME" if llome else "")
-        + f", budget {budget}",
-        log_x=False,
-    )
-    print(
-        f"wrote {out}/curves.csv, summary.csv, min_regret_f2.png ({time.perf_counter() - t0:.0f} s)"
-    )
-    print_finals(curves)
-    write_method_table(out / "by_method.csv", curves, budget)
+    title = f"{args.function}: LaMBO-2 ({args.preset} preset) vs GA"
+    title += (" vs LLOME" if llome else "") + f", budget {budget}"
+    finish(out, curves, budget, title, t0)
     return 0
 
 

@@ -24,7 +24,7 @@ import pathlib
 import sys
 import time
 
-from _curves import print_finals, run_ga, write_curves, write_method_table  # experiments/_curves.py
+from _curves import finish, run_ga, write_curves  # experiments/_curves.py
 
 METHODS = {"marge": "LLOME-MargE", "sft": "LLOME-SFT", "dpo": "LLOME-DPO"}
 
@@ -80,7 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from llome_jax.llome.presets import preset
-    from llome_jax.rundir import plot_regret_curves
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
@@ -125,17 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         writer.writerow(["method", "seed", "final_evaluations", "final_min_regret"])
         for row in _summary(rows):
             writer.writerow(row)
-    plot_regret_curves(
-        curves,
-        out / "min_regret_f2.png",
-        title=f"{args.function}: LLOME ({args.preset} preset) vs GA, budget {budget}",
-        log_x=False,
-    )
-    print(
-        f"wrote {out}/curves.csv, summary.csv, min_regret_f2.png ({time.perf_counter() - t0:.0f} s)"
-    )
-    print_finals(curves)
-    write_method_table(out / "by_method.csv", curves, budget)
+    title = f"{args.function}: LLOME ({args.preset} preset) vs GA, budget {budget}"
+    finish(out, curves, budget, title, t0)
     return 0
 
 
