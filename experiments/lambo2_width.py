@@ -28,6 +28,17 @@ import pathlib
 import sys
 
 WIDTHS = {32: (), 64: (("channel_dim", 64),)}  # middle width -> ModelConfig overrides of `cpu`
+CURVE_FIELDS = ["width", "instance", "round", "num_evaluations", "min_regret"]
+CURVE_FIELDS += ["seconds_train", "seconds_design"]
+SUMMARY_FIELDS = ["width", "instance", "rounds_done", "num_evaluations", "final_min_regret"]
+SUMMARY_FIELDS += ["seconds_train_plus_design"]
+
+
+def _write_csv(path: pathlib.Path, header: list[str], rows: list[list]) -> None:
+    with open(path, "w", newline="") as stream:
+        writer = csv.writer(stream)
+        writer.writerow(header)
+        writer.writerows(rows)
 
 
 def run_one(width: int, instance: int, args: argparse.Namespace, out: pathlib.Path) -> None:
@@ -68,58 +79,24 @@ def summarise(out: pathlib.Path, widths: list[int], instances: list[int], rounds
                 continue
             records = [r for r in RunDirectory(path).rounds() if r["round"] <= rounds]
             for r in records:
-                curve_rows.append(
-                    [
-                        width,
-                        instance,
-                        r["round"],
-                        r["num_evaluations"],
-                        r["min_regret"],
-                        r.get("seconds_train", 0.0),
-                        r.get("seconds_design", 0.0),
-                    ]
-                )
-            seconds = sum(
-                r.get("seconds_train", 0.0) + r.get("seconds_design", 0.0) for r in records
-            )
+                timing = [r.get("seconds_train") or 0.0, r.get("seconds_design") or 0.0]
+                curve_rows.append([width, instance, *(r[k] for k in CURVE_FIELDS[2:5]), *timing])
+            seconds = sum(row[-1] + row[-2] for row in curve_rows if row[:2] == [width, instance])
+            last = records[-1]
             summary.append(
                 [
                     width,
                     instance,
-                    records[-1]["round"],
-                    records[-1]["num_evaluations"],
-                    records[-1]["min_regret"],
+                    last["round"],
+                    last["num_evaluations"],
+                    last["min_regret"],
                     round(seconds, 1),
                 ]
             )
-    with open(out / "curves.csv", "w", newline="") as stream:
-        writer = csv.writer(stream)
-        writer.writerow(
-            [
-                "width",
-                "instance",
-                "round",
-                "num_evaluations",
-                "min_regret",
-                "seconds_train",
-                "seconds_design",
-            ]
-        )
-        writer.writerows(curve_rows)
-    header = [
-        "width",
-        "instance",
-        "rounds_done",
-        "num_evaluations",
-        "final_min_regret",
-        "seconds_train_plus_design",
-    ]
-    with open(out / "summary.csv", "w", newline="") as stream:
-        writer = csv.writer(stream)
-        writer.writerow(header)
-        writer.writerows(summary)
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
+    _write_csv(out / "curves.csv", CURVE_FIELDS, curve_rows)
+    _write_csv(out / "summary.csv", SUMMARY_FIELDS, summary)
+    print("| " + " | ".join(SUMMARY_FIELDS) + " |")
+    print("|" + "---|" * len(SUMMARY_FIELDS))
     for row in summary:
         row = [f"32/{row[0]}/32", *row[1:4], f"{row[4]:.4f}", row[5]]
         print("| " + " | ".join(str(v) for v in row) + " |")
