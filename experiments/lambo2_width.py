@@ -16,8 +16,10 @@ widths this process runs, so two processes can share the work, e.g. pinned to on
     python experiments/lambo2_width.py --summary-only
 
 Outputs in ``--out``: ``curves.csv`` (width, instance, round, num_evaluations, min_regret,
-seconds_train, seconds_design) and ``summary.csv`` (final min regret and wall seconds per run),
-also printed as a markdown table.
+seconds_train, seconds_design) and ``summary.csv`` (rounds done, final min regret, evaluations to
+the optimum, train + design seconds per run), also printed as a markdown table. A run that has
+reached regret 0 may be stopped (Ctrl-C): ``--summary-only`` counts the rounds it has written.
+``--preset smoke --rounds 2`` checks the script in about two minutes.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ WIDTHS = {32: (), 64: (("channel_dim", 64),)}  # middle width -> ModelConfig ove
 CURVE_FIELDS = ["width", "instance", "round", "num_evaluations", "min_regret"]
 CURVE_FIELDS += ["seconds_train", "seconds_design"]
 SUMMARY_FIELDS = ["width", "instance", "rounds_done", "num_evaluations", "final_min_regret"]
-SUMMARY_FIELDS += ["seconds_train_plus_design"]
+SUMMARY_FIELDS += ["evaluations_to_optimum", "seconds_train_plus_design"]
 
 
 def _write_csv(path: pathlib.Path, header: list[str], rows: list[list]) -> None:
@@ -46,7 +48,7 @@ def run_one(width: int, instance: int, args: argparse.Namespace, out: pathlib.Pa
     from llome_jax.rundir import RunDirectory
 
     cfg = optimizer.preset(
-        "cpu",
+        args.preset,
         function=args.function,
         instance_seed=instance,
         rounds=args.rounds,
@@ -55,16 +57,16 @@ def run_one(width: int, instance: int, args: argparse.Namespace, out: pathlib.Pa
     )
     path = out / str(width) / f"inst{instance}"
     resume = (path / "config.json").exists()
-    done = [r["round"] for r in RunDirectory(path).rounds()] if resume else []
-    if done and max(done) >= args.rounds:
+    records = RunDirectory(path).rounds() if resume else []
+    if records and records[-1]["round"] >= args.rounds:
         return
     optimizer.run(
         cfg,
         path,
         resume=resume,
         progress=not args.no_progress,
-        extra_config={"preset": "cpu", "experiment": "lambo2_width"},
-        log=lambda line: print(f"[32/{width}/32 inst {instance}] {line}", flush=True),
+        extra_config={"preset": args.preset, "experiment": "lambo2_width"},
+        log=lambda line: print(f"[width {width}, inst {instance}] {line}", flush=True),
     )
 
 
@@ -83,6 +85,7 @@ def summarise(out: pathlib.Path, widths: list[int], instances: list[int], rounds
                 curve_rows.append([width, instance, *(r[k] for k in CURVE_FIELDS[2:5]), *timing])
             seconds = sum(row[-1] + row[-2] for row in curve_rows if row[:2] == [width, instance])
             last = records[-1]
+            hit = next((r["num_evaluations"] for r in records if r["min_regret"] <= 0.0), "")
             summary.append(
                 [
                     width,
@@ -90,6 +93,7 @@ def summarise(out: pathlib.Path, widths: list[int], instances: list[int], rounds
                     last["round"],
                     last["num_evaluations"],
                     last["min_regret"],
+                    hit,
                     round(seconds, 1),
                 ]
             )
@@ -98,7 +102,7 @@ def summarise(out: pathlib.Path, widths: list[int], instances: list[int], rounds
     print("| " + " | ".join(SUMMARY_FIELDS) + " |")
     print("|" + "---|" * len(SUMMARY_FIELDS))
     for row in summary:
-        row = [f"32/{row[0]}/32", *row[1:4], f"{row[4]:.4f}", row[5]]
+        row = [f"32/{row[0]}/32", *row[1:4], f"{row[4]:.4f}", *row[5:]]
         print("| " + " | ".join(str(v) for v in row) + " |")
 
 
@@ -109,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--function", default="Ehr(32,32)-4-4-4")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0, help="run seed")
+    parser.add_argument("--preset", default="cpu", help="LaMBO-2 preset (smoke: a quick check)")
     parser.add_argument("--out", default="results/lambo2_width")
     parser.add_argument("--summary-only", action="store_true", help="only collect the results")
     parser.add_argument("--no-progress", action="store_true")
