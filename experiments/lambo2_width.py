@@ -7,9 +7,10 @@ regret, on Ehrlich functions sampled with the paper's f2 shape (``--function``, 
 tuned on the test function.
 
 Each (width, instance) pair is one resumable run directory
-``results/lambo2_width/<width>/inst<k>/`` (run seed ``--seed``, all other settings = the `cpu`
-preset). Re-running resumes unfinished runs and skips finished ones; ``--widths`` selects the
-widths this process runs, so two processes can share the work, e.g. pinned to one core each::
+``results/lambo2_width/<width>/inst<k>/`` (``<width>`` = the middle channel width; run seed
+``--seed``, all other settings = the `cpu` preset). Re-running resumes unfinished runs and skips
+finished ones; ``--widths`` selects the widths this process runs, so two processes can share the
+work, e.g. pinned to one core each::
 
     taskset -c 0 python experiments/lambo2_width.py --widths 32 &
     taskset -c 1 python experiments/lambo2_width.py --widths 64 &
@@ -80,6 +81,8 @@ def summarise(out: pathlib.Path, widths: list[int], instances: list[int], rounds
             if not (path / "rounds.jsonl").exists():
                 continue
             records = [r for r in RunDirectory(path).rounds() if r["round"] <= rounds]
+            if not records:
+                continue
             for r in records:
                 timing = [r.get("seconds_train") or 0.0, r.get("seconds_design") or 0.0]
                 curve_rows.append([width, instance, *(r[k] for k in CURVE_FIELDS[2:5]), *timing])
@@ -102,7 +105,7 @@ def summarise(out: pathlib.Path, widths: list[int], instances: list[int], rounds
     print("| " + " | ".join(SUMMARY_FIELDS) + " |")
     print("|" + "---|" * len(SUMMARY_FIELDS))
     for row in summary:
-        row = [f"32/{row[0]}/32", *row[1:4], f"{row[4]:.4f}", *row[5:]]
+        row = [*row[:4], f"{row[4]:.4f}", *row[5:]]
         print("| " + " | ".join(str(v) for v in row) + " |")
 
 
