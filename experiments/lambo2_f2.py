@@ -79,7 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=None, help="override the preset's E")
     parser.add_argument("--design-steps", type=int, default=None, help="override the preset's S")
     parser.add_argument("--out", default="results/lambo2_f2")
-    parser.add_argument("--llome", default="results/llome_f2/curves.csv")
+    parser.add_argument(
+        "--llome",
+        default=None,
+        help="LLOME curves.csv to plot alongside (default: results/llome_f2/curves.csv on f2 only)",
+    )
     parser.add_argument("--no-ga", action="store_true", help="skip the GA baseline")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument(
@@ -124,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             trace = run_ga(seed, budget, args.function)
             curves.setdefault("GA", []).append(([e for e, _ in trace], [g for _, g in trace]))
             rows += [["GA", seed, g, e, r] for g, (e, r) in enumerate(trace, start=1)]
-    llome = read_llome_curves(pathlib.Path(args.llome))
+    llome_path = args.llome or ("results/llome_f2/curves.csv" if args.function == "f2" else None)
+    llome = read_llome_curves(pathlib.Path(llome_path)) if llome_path else {}
     curves.update(llome)
 
     write_curves(out / "curves.csv", rows)
