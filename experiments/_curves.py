@@ -95,3 +95,25 @@ def finish(out: pathlib.Path, curves: dict[str, list], budget: int, title: str, 
     print(f"wrote {out}/curves.csv, summary.csv, min_regret_f2.png ({seconds:.0f} s)")
     print_finals(curves)
     write_method_table(out / "by_method.csv", curves, budget)
+
+
+def run_lambo2_dir(
+    cfg, path: pathlib.Path, *, progress: bool, extra_config: dict, prefix: str
+) -> list[dict]:
+    """Run, resume or skip (when it has all ``cfg.rounds`` rounds) the LaMBO-2 run directory
+    ``path``; returns its ``rounds.jsonl`` records up to ``cfg.rounds``."""
+    from llome_jax.lambo2 import optimizer
+    from llome_jax.rundir import RunDirectory
+
+    resume = (path / "config.json").exists()
+    done = [r["round"] for r in RunDirectory(path).rounds()] if resume else []
+    if not done or max(done) < cfg.rounds:
+        optimizer.run(
+            cfg,
+            path,
+            resume=resume,
+            progress=progress,
+            extra_config=extra_config,
+            log=lambda line: print(f"[{prefix}] {line}", flush=True),
+        )
+    return [r for r in RunDirectory(path).rounds() if r["round"] <= cfg.rounds]

@@ -23,12 +23,11 @@ import pathlib
 import sys
 import time
 
-from _curves import finish, run_ga, write_curves  # experiments/_curves.py
+from _curves import finish, run_ga, run_lambo2_dir, write_curves  # experiments/_curves.py
 
 
 def run_lambo2(seed: int, args: argparse.Namespace, out: pathlib.Path) -> list[dict]:
     from llome_jax.lambo2 import optimizer
-    from llome_jax.rundir import RunDirectory
 
     overrides = {"function": args.function, "rounds": args.rounds, "seed": seed}
     if args.epochs is not None:
@@ -36,19 +35,13 @@ def run_lambo2(seed: int, args: argparse.Namespace, out: pathlib.Path) -> list[d
     if args.design_steps is not None:
         overrides["design"] = {"num_steps": args.design_steps}
     cfg = optimizer.preset(args.preset, **overrides)
-    path = out / f"seed{seed}"
-    resume = (path / "config.json").exists()
-    done = [r["round"] for r in RunDirectory(path).rounds()] if resume else []
-    if not done or max(done) < args.rounds:
-        optimizer.run(
-            cfg,
-            path,
-            resume=resume,
-            progress=not args.no_progress,
-            extra_config={"preset": args.preset},
-            log=lambda line: print(f"[seed {seed}] {line}", flush=True),
-        )
-    return [r for r in RunDirectory(path).rounds() if r["round"] <= args.rounds]
+    return run_lambo2_dir(
+        cfg,
+        out / f"seed{seed}",
+        progress=not args.no_progress,
+        extra_config={"preset": args.preset},
+        prefix=f"seed {seed}",
+    )
 
 
 def read_llome_curves(path: pathlib.Path) -> dict[str, list]:

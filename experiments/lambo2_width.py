@@ -30,6 +30,8 @@ import csv
 import pathlib
 import sys
 
+from _curves import run_lambo2_dir  # experiments/_curves.py
+
 WIDTHS = {32: (), 64: (("channel_dim", 64),)}  # middle width -> ModelConfig overrides of `cpu`
 CURVE_FIELDS = ["width", "instance", "round", "num_evaluations", "min_regret"]
 CURVE_FIELDS += ["seconds_train", "seconds_design"]
@@ -44,9 +46,13 @@ def _write_csv(path: pathlib.Path, header: list[str], rows: list[list]) -> None:
         writer.writerows(rows)
 
 
+def _timing(record: dict) -> list[float]:
+    """Train and design seconds of a round (``null`` in round 0, the GA data, read as 0)."""
+    return [record.get("seconds_train") or 0.0, record.get("seconds_design") or 0.0]
+
+
 def run_one(width: int, instance: int, args: argparse.Namespace, out: pathlib.Path) -> None:
     from llome_jax.lambo2 import optimizer
-    from llome_jax.rundir import RunDirectory
 
     cfg = optimizer.preset(
         args.preset,
@@ -56,18 +62,12 @@ def run_one(width: int, instance: int, args: argparse.Namespace, out: pathlib.Pa
         seed=args.seed,
         model_overrides=WIDTHS[width],
     )
-    path = out / str(width) / f"inst{instance}"
-    resume = (path / "config.json").exists()
-    records = RunDirectory(path).rounds() if resume else []
-    if records and records[-1]["round"] >= args.rounds:
-        return
-    optimizer.run(
+    run_lambo2_dir(
         cfg,
-        path,
-        resume=resume,
+        out / str(width) / f"inst{instance}",
         progress=not args.no_progress,
         extra_config={"preset": args.preset, "experiment": "lambo2_width"},
-        log=lambda line: print(f"[width {width}, inst {instance}] {line}", flush=True),
+        prefix=f"width {width}, inst {instance}",
     )
 
 
@@ -83,10 +83,11 @@ def summarise(out: pathlib.Path, widths: list[int], instances: list[int], rounds
             records = [r for r in RunDirectory(path).rounds() if r["round"] <= rounds]
             if not records:
                 continue
-            for r in records:
-                timing = [r.get("seconds_train") or 0.0, r.get("seconds_design") or 0.0]
-                curve_rows.append([width, instance, *(r[k] for k in CURVE_FIELDS[2:5]), *timing])
-            seconds = sum(row[-1] + row[-2] for row in curve_rows if row[:2] == [width, instance])
+            run_rows = [
+                [width, instance, *(r[k] for k in CURVE_FIELDS[2:5]), *_timing(r)] for r in records
+            ]
+            curve_rows += run_rows
+            seconds = sum(row[-2] + row[-1] for row in run_rows)
             last = records[-1]
             hit = next((r["num_evaluations"] for r in records if r["min_regret"] <= 0.0), "")
             summary.append(
