@@ -152,8 +152,11 @@ def test_design_round_bounds_monotonicity_and_determinism(trained):
     assert np.all(np.diff(curve, axis=0) >= 0)
     np.testing.assert_allclose(a, curve[-1])
     # accepted proposals really score what the trace says (clean re-scoring)
-    rescored = D.acquisition(D.member_means(TINY, params, stats, x), best)
-    np.testing.assert_allclose(rescored, a, rtol=1e-4, atol=1e-4)
+    # (another compiled program: the means may differ in their last bits, see the sharded test)
+    mu = np.asarray(D.member_means(TINY, params, stats, x))
+    rescored = np.asarray(D.acquisition(jnp.asarray(mu), best))
+    tolerance = _acquisition_tolerance(mu, np.asarray(best), _mean_tolerance(mu))
+    np.testing.assert_array_less(np.abs(rescored - np.asarray(a)), tolerance)
     assert curve[-1].mean() > curve[0].mean()
     same, _, same_trace = D.design_round(
         jax.random.key(3), params, stats, best, seeds, TINY, STEPS, use_scan=True
@@ -164,7 +167,40 @@ def test_design_round_bounds_monotonicity_and_determinism(trained):
     assert not np.array_equal(np.asarray(other), x)
 
 
+def _acquisition_tolerance(mu: np.ndarray, best: np.ndarray, mu_tol: np.ndarray) -> np.ndarray:
+    """First-order bound on ``|a(mu') - a(mu)|`` when every ``|mu'_e - mu_e| <= mu_tol_e``.
+
+    ``a = mean_e f(mu_e - best_e)`` with ``f = log_fatplus`` (tau 1e-6), so
+    ``|da| <= mean_e |f'(z_e)| mu_tol_e`` at ``z = mu - best``. ``f'`` is ~6e5 near ``z = 0``
+    (``a`` ~ -14, where the ensemble sits right at its incumbents) and ``2 / |z|`` in the far tail:
+    a last-bit change of a mean that is harmless in ``mu`` is a visible change of ``a`` near the
+    incumbent, and nowhere else. The bound is evaluated at the single-device values; a factor 2
+    covers the curvature of ``f`` over the interval and float32 rounding of ``a`` itself.
+    """
+    slope = np.abs(
+        np.asarray(jax.vmap(jax.vmap(jax.grad(D.log_fatplus)))(jnp.asarray(mu - best[:, None])))
+    )
+    return 2.0 * (slope * mu_tol).mean(axis=0) + 1e-6 * np.abs(
+        np.asarray(D.acquisition(jnp.asarray(mu), jnp.asarray(best)))
+    )
+
+
+def _mean_tolerance(mu: np.ndarray) -> np.ndarray:
+    """float32 tolerance of the ensemble means: a sum reordered by sharding or by another
+    instruction set moves each mean by a few ulps of the largest terms. 16 ulps of the member's
+    largest |mu_e|; the sharded run on an AVX-512 CPU differed by 1 ulp (3e-8 at |mu| 0.33)."""
+    return np.broadcast_to(
+        16 * np.finfo(np.float32).eps * np.abs(mu).max(1, keepdims=True), mu.shape
+    )
+
+
 def test_design_round_sharded_equals_single_device(trained):
+    """Sharding the population over 8 devices changes only the order of float32 reductions.
+
+    Checked: the designed sequences exactly (integer decisions), the ensemble means on them (the
+    acquisition's inputs) to a float32 tolerance, and the acquisition to the tolerance its
+    conditioning implies at those means (:func:`_acquisition_tolerance`), not a blanket rtol.
+    """
     params, stats, best, seeds = trained
     mesh = parallel.make_mesh(8)
     single, a1, _ = D.design_round(jax.random.key(5), params, stats, best, seeds, TINY, STEPS)
@@ -173,7 +209,22 @@ def test_design_round_sharded_equals_single_device(trained):
     )
     assert len(sharded.sharding.device_set) == 8
     np.testing.assert_array_equal(np.asarray(sharded), np.asarray(single))
-    np.testing.assert_allclose(np.asarray(a8), np.asarray(a1), rtol=1e-5, atol=1e-5)
+    mu1 = np.asarray(D.member_means(TINY, params, stats, single))
+    mu8 = np.asarray(
+        D.member_means(
+            TINY,
+            *jax.device_put(
+                (params, stats), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+            ),
+            sharded,
+        )
+    )
+    mu_tol = _mean_tolerance(mu1)
+    np.testing.assert_array_less(np.abs(mu8 - mu1), mu_tol + 1e-30)
+    a_tol = _acquisition_tolerance(mu1, np.asarray(best), mu_tol)
+    np.testing.assert_array_less(np.abs(np.asarray(a8) - np.asarray(a1)), a_tol)
+    # the bound is informative: away from the incumbents it is tight (a blanket 1e-2 would not be)
+    assert np.median(a_tol) < 1e-3
     with pytest.raises(ValueError, match="divisible"):
         D.design_round(jax.random.key(5), params, stats, best, seeds[:30], TINY, STEPS, mesh=mesh)
 
