@@ -50,6 +50,7 @@ __all__ = [
     "default_params",
     "dpo_loss",
     "get_loss",
+    "group_total_weight",
     "marge_loss",
     "margin_reward",
     "reinforce_loss",
@@ -145,6 +146,7 @@ class LossBatch:
         "kl_weight",
         "target_weight",
         "self_normalize",
+        "weights_sum_to_one",
         "stop_weight_gradient",
         "label_smoothing",
         "token_mean",
@@ -168,6 +170,12 @@ class LossParams:
       target_weight: weight of the data term ``KL(pi_theta || pi*)`` (the authors' ``alpha``, 1).
       self_normalize: 1 = self-normalise the importance weights within each group (paper
         "Self-Normalization"; reference default), 0 = raw ratios ``pi_theta / pi_ref``.
+      weights_sum_to_one: how self-normalised weights are scaled (with ``self_normalize = 1``).
+        0 ("mean"): they average 1 over their group, so the batch mean of ``omega c`` is the
+        self-normalised importance-sampling estimate ``sum_j w_j c_j / sum_j w_j``. 1 ("sum"):
+        they sum to 1 over their group, the paper's ``w~`` read literally, so the batch mean of
+        ``w~ c`` is ``(1/B) sum_j w~_j c_j``, ``B`` (the group's total weight) times smaller
+        relative to the lambda term. Groups of one: identical.
       stop_weight_gradient: 1 = the importance weights carry no gradient (``stop_gradient``),
         0 = gradients flow through them. MargE needs 0: its data term ``E_pi_theta[log pi - r]``
         is an expectation under pi_theta, and with detached weights its gradient is exactly zero
@@ -184,6 +192,7 @@ class LossParams:
     kl_weight: jax.Array | float = 10.0
     target_weight: jax.Array | float = 1.0
     self_normalize: jax.Array | float = 1.0
+    weights_sum_to_one: jax.Array | float = 0.0
     stop_weight_gradient: jax.Array | float = 0.0
     label_smoothing: jax.Array | float = 0.0
     token_mean: jax.Array | float = 1.0
@@ -275,6 +284,21 @@ def self_normalized_log_weights(
     return jnp.where(valid, log_ratio - (log_numer - log_total), 0.0)
 
 
+def group_total_weight(weight: jax.Array, group: jax.Array) -> jax.Array:
+    """``sum_{j in G(i)} a_j`` for every unit ``i`` (1 for padding units, ``a_i = 0``).
+
+    Args:
+      weight: float ``[N]`` non-negative example weights ``a``.
+      group: int ``[N]`` group ids.
+
+    Returns:
+      float32 ``[N]``.
+    """
+    same = group[:, None] == group[None, :]
+    total = jnp.sum(jnp.where(same, weight[None, :], 0.0), axis=1)
+    return jnp.where(weight > 0, total, 1.0)
+
+
 def _importance_weights(
     policy: SeqLogProbs, reference: SeqLogProbs, batch: LossBatch, hparams: LossParams
 ) -> tuple[jax.Array, Metrics]:
@@ -283,6 +307,10 @@ def _importance_weights(
     log_normalised = self_normalized_log_weights(log_ratio, batch.weight, batch.group)
     s = hparams.self_normalize
     # Raw ratios are clipped at exp(80) to avoid inf (the reference's exp overflows, §13.9).
+    # "sum": divide by the group's total example weight (omega then sums to 1 over the group)
+    log_normalised = log_normalised - hparams.weights_sum_to_one * jnp.log(
+        group_total_weight(batch.weight, batch.group)
+    )
     log_omega = s * log_normalised + (1.0 - s) * jnp.minimum(log_ratio, 80.0)
     g = hparams.stop_weight_gradient
     log_omega = g * jax.lax.stop_gradient(log_omega) + (1.0 - g) * log_omega

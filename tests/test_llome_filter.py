@@ -135,6 +135,32 @@ def test_deduplicates_keeping_first():
     ]
 
 
+def test_already_labelled_candidates_are_never_selected():
+    """``exclude`` (the archive) removes candidates before the quantile and the draw of j."""
+    x = distinct(10)
+    logp = np.log(np.linspace(0.1, 1.0, 10))
+    archive = np.concatenate([x[[9, 8, 2]], distinct(60)[50:]])  # three candidates, 10 others
+    config = FilterConfig(num_selected=100, **NO_CAP)
+    r = filter_candidates(jax.random.key(0), x, logp, config=config, exclude=archive)
+    # novel: rows 0, 1, 3..7 with likelihoods 0.1 0.2 0.4 0.5 0.6 0.7 0.8; their 0.6 quantile is
+    # at position 0.6 * 6 = 3.6 of the sorted values: 0.5 + 0.6 * 0.1 = 0.56 -> keep 0.6, 0.7, 0.8
+    assert (r.num_unique, r.num_novel) == (10, 7)
+    assert r.likelihood_threshold == pytest.approx(0.56)
+    assert sorted(r.indices.tolist()) == [5, 6, 7]
+    # without the archive the two best candidates would be drawn again
+    again = filter_candidates(jax.random.key(0), x, logp, config=config)
+    assert sorted(again.indices.tolist()) == [6, 7, 8, 9] and again.num_novel == 10
+    # every candidate labelled already: nothing to label; an empty archive excludes nothing
+    none = filter_candidates(jax.random.key(0), x, logp, config=config, exclude=x)
+    assert len(none) == 0 and none.num_novel == 0
+    empty = filter_candidates(
+        jax.random.key(0), x, logp, config=config, exclude=np.zeros((0, 4), np.int32)
+    )
+    np.testing.assert_array_equal(np.sort(empty.indices), np.sort(again.indices))
+    with pytest.raises(ValueError, match="share L"):
+        filter_candidates(jax.random.key(0), x, logp, config=config, exclude=distinct(3, 5))
+
+
 def test_bad_input():
     x = distinct(4)
     with pytest.raises(ValueError, match="feasible is required"):

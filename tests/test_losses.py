@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -220,6 +221,42 @@ def test_marge_gradient_matches_closed_form():
     c_bar = (omega * c).mean()
     expected = (alpha * omega / TOKENS + alpha * omega * (c - c_bar) - lam / TOKENS) / 4
     np.testing.assert_allclose(grad, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("norm", ["sum", "mean"])
+def test_marge_weight_normalisation_by_hand(norm):
+    """Both readings of the appendix's self-normalised MargE on a 3-example batch, by hand.
+
+    ``L = (1/3) sum_i [w~_i (lbar_i - r_i) - lam lbar_i]`` with ``w_i = exp(l_i - l_ref_i)``;
+    "sum": ``w~_i = w_i / sum_j w_j`` (literal), "mean": ``w~_i = 3 w_i / sum_j w_j``.
+    Gradient w.r.t. ``l_k`` (sum-normalised ``s_k = w_k / sum w``, ``m`` = 1 or 3):
+    ``dL/dl_k = (1/3) [m s_k (c_k - sum_i s_i c_i) + m s_k / n_k - lam / n_k]``, ``c = lbar - r``.
+    Written out term by term in float64, without the library's helpers.
+    """
+    l = [-4.0, -6.0, -3.0]
+    l_ref = [-4.5, -5.0, -3.5]
+    n = [4.0, 6.0, 3.0]
+    r = [0.25, 0.0, 0.5]
+    lam = 10.0
+    m = 1.0 if norm == "sum" else 3.0
+    w = [math.exp(l[i] - l_ref[i]) for i in range(3)]
+    s = [w[i] / (w[0] + w[1] + w[2]) for i in range(3)]
+    lbar = [l[i] / n[i] for i in range(3)]
+    c = [lbar[i] - r[i] for i in range(3)]
+    loss_hand = sum(m * s[i] * c[i] - lam * lbar[i] for i in range(3)) / 3
+    sc = s[0] * c[0] + s[1] * c[1] + s[2] * c[2]
+    grad_hand = [(m * s[k] * (c[k] - sc) + m * s[k] / n[k] - lam / n[k]) / 3 for k in range(3)]
+
+    hp = LossParams(beta=1.0, kl_weight=lam, weights_sum_to_one=float(norm == "sum"))
+    batch = LossBatch.create(reward=jnp.asarray(r), weight=jnp.ones(3))
+
+    def total(sum_logp):
+        per_unit, _ = marge_loss(_lp(sum_logp, n), _lp(jnp.asarray(l_ref), n), batch, hp)
+        return per_unit.mean()
+
+    value, grad = jax.value_and_grad(total)(jnp.asarray(l, jnp.float32))
+    np.testing.assert_allclose(float(value), loss_hand, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(grad), grad_hand, rtol=1e-5, atol=1e-7)
 
 
 def test_stop_weight_gradient_switch():

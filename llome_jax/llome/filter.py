@@ -2,11 +2,17 @@
 
 Paper, App. "Algorithms", Alg. Filter(X, j)::
 
+    X <- X minus S                                                # never label a sequence twice
     X <- {x in X : pi_theta(x) > p_min}                          # likelihood threshold
     X_feasible, X_infeasible <- split X by f(x) != -inf
     n_max_infeas <- |X_feasible| * p_max_infeas / (1 - p_max_infeas)
     X <- X_feasible  u  Sample(X_infeasible, n_max_infeas)       # cap the infeasible share
     X <- Sample(X, min(j, |X|))                                   # uniform subsample
+
+The first line is implicit in the paper: its labelled set is a set (``S <- S u S_{i+1}``), so a
+candidate that is already labelled (GA data, an earlier round, a seed) is never labelled again;
+pass the archive as ``exclude``. The authors' code could relabel earlier rounds' sequences
+(``exclude=None``).
 
 The paper gives no value for ``p_min``; the authors' code (spec Sec. 5.1) ranks by likelihood only
 to a cut at the 0.6 quantile, so both variants here express ``p_min`` as that quantile of the
@@ -28,7 +34,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from llome_jax.llome.data import _permutation, _random_subset, first_occurrences
+from llome_jax.llome.data import _permutation, _random_subset, first_occurrences, rows_in
 
 __all__ = ["FilterConfig", "FilterResult", "filter_candidates"]
 
@@ -105,6 +111,7 @@ class FilterResult:
       likelihood_threshold: ``p_min`` actually used (NaN when no threshold was applied).
       num_candidates: rows passed in.
       num_unique: after deduplication.
+      num_novel: of those, not in ``exclude`` (already labelled); ``num_unique`` without it.
       num_above_threshold: after the likelihood threshold.
       num_infeasible_dropped: removed by the infeasible cap.
     """
@@ -113,6 +120,7 @@ class FilterResult:
     likelihood_threshold: float
     num_candidates: int
     num_unique: int
+    num_novel: int
     num_above_threshold: int
     num_infeasible_dropped: int
 
@@ -126,6 +134,8 @@ def filter_candidates(
     log_likelihood: Any,
     feasible: Any | None = None,
     config: FilterConfig = FilterConfig(),
+    *,
+    exclude: Any | None = None,
 ) -> FilterResult:
     """Select ``j`` of the round's generated candidates for labelling (paper Alg. Filter).
 
@@ -138,6 +148,9 @@ def filter_candidates(
         ``config.max_infeasible_fraction`` is set. For Ehrlich functions this is the cheap
         constraint check ``ehrlich.is_feasible`` (no objective value needed).
       config: :class:`FilterConfig`; ``FilterConfig.reference()`` for the authors' code.
+      exclude: optional int ``[m, L]`` sequences already labelled (the archive). Candidates equal
+        to one of them are removed right after deduplication, before the likelihood quantile is
+        taken, so every selected sequence is new.
 
     Returns:
       :class:`FilterResult` whose ``indices`` select rows of ``sequences``.
@@ -174,6 +187,11 @@ def filter_candidates(
 
     rows = first_occurrences(x) if config.deduplicate else np.arange(n, dtype=np.int64)
     num_unique = int(rows.size)
+    if exclude is not None:
+        labelled = np.asarray(exclude)
+        labelled = labelled.reshape(0, x.shape[1]) if labelled.size == 0 else labelled
+        rows = rows[~rows_in(x[rows], labelled)]
+    num_novel = int(rows.size)
 
     threshold = float("nan")
     use_threshold = (
@@ -210,6 +228,7 @@ def filter_candidates(
         likelihood_threshold=threshold,
         num_candidates=n,
         num_unique=num_unique,
+        num_novel=num_novel,
         num_above_threshold=num_above,
         num_infeasible_dropped=dropped,
     )

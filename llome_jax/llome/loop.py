@@ -169,6 +169,10 @@ class LoopConfig:
       max_train_examples: random subset of the round's pairs/triples (``None``: all) - a CPU knob.
       marge_group_size: self-normalisation group (``None``: the whole batch, paper; 1: reference).
       kl_weight: MargE/REINFORCE ``lambda`` override (``None``: 10).
+      marge_weight_norm: MargE's self-normalised weights ``w~`` "sum" to 1 over the batch (the
+        appendix "Self-Normalization" read literally: reward term ``(1/B) sum w~ c``) or have
+        "mean" 1 (``sum w~ c``, the self-normalised importance-sampling estimate, B times larger
+        relative to the lambda term). Identical for groups of one.
       num_seeds, seed_rule ("paper": TopK(S_i) / "reference": top training rows), num_iterations,
         num_samples, temperatures, greedy, top_k, next_input ("paper" / "reference"),
         selection_likelihood ("raw" pi_theta, paper / "processed" temperature+top-k log-probs,
@@ -178,6 +182,9 @@ class LoopConfig:
       adaptive_temperature / reset_temperature_at_phase: offsets +0.6/+0.4/+0.2 from the previous
         round's mean Hamming distance; the reference resets it when the loss changes.
       num_selected (j), filter_rule ("paper" / "reference"): Filter [2000].
+      exclude_labelled: the Filter drops candidates that are already labelled (GA data, earlier
+        rounds, seeds) before it draws j, so no sequence is labelled twice (paper: the labelled
+        set is a set); ``False`` is the authors' code, which can relabel earlier sequences.
       num_neighbours, max_distance, symmetric_pairs, max_infeasible_fraction: PropEn [30, 0.25,
         paper: directed, 0.1].
       min_unique_candidates: stop when a round produced fewer unique valid candidates (``None``:
@@ -212,6 +219,7 @@ class LoopConfig:
     max_train_examples: int | None = None
     marge_group_size: int | None = None
     kl_weight: float | None = None
+    marge_weight_norm: str = "mean"
     logprob_batch_size: int = 64
     num_seeds: int = 200
     seed_rule: str = "paper"
@@ -228,6 +236,7 @@ class LoopConfig:
     generation_batch_size: int = 1024
     num_selected: int = 2000
     filter_rule: str = "paper"
+    exclude_labelled: bool = True
     num_neighbours: int = 30
     max_distance: float = 0.25
     symmetric_pairs: bool = False
@@ -257,6 +266,7 @@ class LoopConfig:
             ("filter_rule", ("paper", "reference")),
             ("selection_likelihood", ("raw", "processed")),
             ("filter_likelihood", ("raw", "processed")),
+            ("marge_weight_norm", ("sum", "mean")),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}; got {getattr(self, name)!r}")
@@ -532,6 +542,8 @@ def _loss_params(cfg: LoopConfig, loss: str) -> Any:
     params = default_params(loss)
     if cfg.kl_weight is not None and loss in ("marge", "reinforce"):
         params = params.replace(kl_weight=float(cfg.kl_weight))
+    if loss == "marge":
+        params = params.replace(weights_sum_to_one=float(cfg.marge_weight_norm == "sum"))
     return params
 
 
@@ -770,7 +782,7 @@ def llome_round(
       returned unchanged except ``stop_code = 3`` and ``metrics["round"]`` is ``None``.
     """
     from llome_jax import ehrlich
-    from llome_jax.llome.data import margin_reward
+    from llome_jax.llome.data import margin_reward, rows_in
     from llome_jax.llome.filter import FilterConfig, filter_candidates
     from llome_jax.llome.refine import RefineConfig, iterative_refinement
     from llome_jax.llome.schedule import TemperatureSchedule, temperature_offset, temperatures
@@ -848,6 +860,8 @@ def llome_round(
     times["time_generate"] = time.perf_counter() - t
     candidates = np.asarray(refined.sequences)
     num_unique = int(candidates.shape[0])
+    # candidates not labelled before (GA data, earlier rounds, seeds): what the Filter may draw
+    num_novel = int(np.sum(~rows_in(candidates, np.asarray(state.archive_sequences))))
 
     t = time.perf_counter()
     filter_cfg = (
@@ -863,6 +877,7 @@ def llome_round(
         ),
         np.asarray(refined.feasible),
         filter_cfg,
+        exclude=np.asarray(state.archive_sequences) if cfg.exclude_labelled else None,
     )
     times["time_filter"] = time.perf_counter() - t
 
@@ -926,6 +941,8 @@ def llome_round(
         num_pair_candidates=int(data["num_candidates"]),
         num_valid=int(refined.num_valid),
         num_unique=num_unique,
+        num_novel=num_novel,
+        frac_novel=num_novel / num_unique if num_unique else float("nan"),
         num_selected=int(new_v.size),
         frac_feasible_generated=float(np.mean(np.asarray(refined.feasible)))
         if num_unique
@@ -1031,8 +1048,9 @@ def _round_line(m: Mapping[str, Any]) -> str:
     return (
         f"round {m['round']} [{m['loss']}]: {m['num_evaluations']} evaluations, min regret "
         f"{_fmt(m['min_regret'], '.4f')}, mean regret {_fmt(m['mean_regret'], '.4f')}, "
-        f"generated {m['num_generated']}, unique valid {m.get('num_unique')}, feasible "
-        f"{_fmt(m['frac_feasible'], '.2f')}, hamming {_fmt(m['mean_hamming'], '.3f')}, train loss "
+        f"generated {m['num_generated']}, unique valid {m.get('num_unique')} "
+        f"(novel {m.get('num_novel')}), feasible {_fmt(m['frac_feasible'], '.2f')}, "
+        f"hamming {_fmt(m['mean_hamming'], '.3f')}, train loss "
         f"{_fmt(m['train_loss'], '.4f')}, T+{_fmt(m['temperature_offset'], '.1f')}, "
         f"{_fmt(m.get('seconds'), '.0f')} s"
     )
