@@ -36,7 +36,12 @@ def _pair(inputs: Any, outputs: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def hamming_distance(inputs: Any, outputs: Any) -> np.ndarray:
-    """Fractional Hamming distance ``|{l : x_l != y_l}| / L`` (scipy's ``hamming``): float32 ``[...]``."""
+    """Fractional Hamming distance ``|{l : x_l != y_l}| / L`` (scipy's ``hamming``): float32 ``[...]``.
+
+    Example:
+      >>> hamming_distance([[0, 1, 2, 3], [0, 0, 0, 0]], [[0, 1, 2, 0], [1, 1, 0, 0]]).tolist()
+      [0.25, 0.5]
+    """
     a, b = _pair(inputs, outputs)
     return np.mean(a != b, axis=-1, dtype=np.float64).astype(np.float32)
 
@@ -52,7 +57,12 @@ def mean_hamming_distance(inputs: Any, outputs: Any) -> float:
 
 
 def frac_unique(sequences: Any) -> float:
-    """Distinct sequences / sequences (``[n, L]``)."""
+    """Distinct sequences / sequences (``[n, L]``); NaN for an empty batch.
+
+    Example:
+      >>> frac_unique([[0, 1], [0, 1], [1, 0], [2, 2]])
+      0.75
+    """
     x = np.asarray(sequences)
     if x.ndim != 2:
         raise ValueError(f"sequences must be [n, L]; got shape {x.shape}.")
@@ -60,7 +70,12 @@ def frac_unique(sequences: Any) -> float:
 
 
 def frac_novel(sequences: Any, known: Any) -> float:
-    """Share of ``sequences`` (``[n, L]``) that are not rows of ``known`` (``[m, L]``)."""
+    """Share of ``sequences`` (``[n, L]``) that are not rows of ``known`` (``[m, L]``).
+
+    Example:
+      >>> frac_novel([[0, 1], [1, 0], [2, 2], [3, 3]], known=[[2, 2], [0, 1], [5, 5]])
+      0.5
+    """
     x, k = np.asarray(sequences), np.asarray(known)
     if x.ndim != 2 or k.ndim != 2 or (k.shape[0] and k.shape[1] != x.shape[1]):
         raise ValueError(
@@ -77,13 +92,23 @@ def frac_novel(sequences: Any, known: Any) -> float:
 
 
 def mean_reward(input_values: Any, output_values: Any) -> float:
-    """Mean margin reward ``max(f(y) - f(x), 0)`` of outputs over their inputs (infeasible = 0)."""
+    """Mean margin reward ``max(f(y) - f(x), 0)`` of outputs over their inputs (infeasible = 0).
+
+    Example:
+      >>> mean_reward([0.25, 0.5, -float("inf")], [0.75, 0.25, 0.5])   # rewards 0.5, 0, 0.5
+      0.3333333333333333
+    """
     r = margin_reward(input_values, output_values)
     return float(np.mean(r, dtype=np.float64)) if r.size else float("nan")
 
 
 def frac_improved(input_values: Any, output_values: Any) -> float:
-    """Share of outputs strictly better than their input (``f(y) > f(x)``; ``-inf`` infeasible)."""
+    """Share of outputs strictly better than their input (``f(y) > f(x)``; ``-inf`` infeasible).
+
+    Example:
+      >>> frac_improved([0.25, 0.5, -float("inf"), 0.5], [0.75, 0.25, 0.0, 0.5])
+      0.5
+    """
     fx = np.asarray(input_values, np.float64)
     fy = np.asarray(output_values, np.float64)
     if fx.shape != fy.shape:

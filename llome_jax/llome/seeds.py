@@ -42,6 +42,13 @@ def select_seeds(key: jax.Array, values: Any, num_seeds: int = 200) -> np.ndarra
 
     Returns:
       int64 ``[min(n, num_seeds)]`` indices, best first.
+
+    Example:
+      >>> import jax, numpy as np
+      >>> values = np.array([0.5, -np.inf, 1.0, 0.25, 0.5])
+      >>> top = select_seeds(jax.random.key(0), values, 3)
+      >>> int(top[0]), sorted(top[1:].tolist())     # 1.0 first, then the two tied 0.5
+      (2, [0, 4])
     """
     v = np.asarray(values, np.float64)
     if v.ndim != 1:
@@ -73,6 +80,10 @@ def select_seeds_reference(
 
     Returns:
       int64 ``[min(P, num_seeds)]`` sequence indices (may repeat), best first.
+
+    Example:
+      >>> select_seeds_reference([7, 3, 7, 9], [0.5, 0.75, 0.5, 0.25], 3).tolist()
+      [3, 7, 7]
     """
     idx = np.asarray(target_index)
     v = np.asarray(target_value, np.float64)
