@@ -277,6 +277,42 @@ def test_no_training_pairs_stops_with_a_reason(smoke_run: pathlib.Path) -> None:
     assert int(new_state.stop_code) == 3 and int(new_state.round) == int(state.round)
 
 
+@pytest.mark.parametrize("training_data", ["latest", "cumulative"])
+def test_training_data_latest_or_cumulative(
+    smoke_run: pathlib.Path, monkeypatch: pytest.MonkeyPatch, training_data: str
+) -> None:
+    """A round trains on, and seeds from, S_i (latest) or the whole archive (cumulative)."""
+    cfg = preset(
+        "smoke", schedule=(("sft", 1), ("marge", 1)), rounds=3, training_data=training_data
+    )
+    with CheckpointManager(smoke_run / "checkpoints") as manager:  # the state after round 1
+        state = loop._state_from_checkpoint(*manager.restore(1, loop.abstract_state(cfg, 1)))
+    seen: dict[str, np.ndarray] = {}
+    from llome_jax.llome import refine
+
+    real_data, real_refine = loop._training_data, refine.iterative_refinement
+
+    def training_data_spy(key, cfg_, loss, x, v):
+        seen["train"] = np.asarray(x)
+        return real_data(key, cfg_, loss, x, v)
+
+    def refine_spy(key, policy, codec, fn, seeds, *args, **kwargs):
+        seen["seeds"] = np.asarray(seeds)
+        return real_refine(key, policy, codec, fn, seeds, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "_training_data", training_data_spy)
+    monkeypatch.setattr(refine, "iterative_refinement", refine_spy)
+    loop.llome_round(state, cfg)
+    archive = np.asarray(state.archive_sequences)
+    latest = archive[np.asarray(state.archive_rounds) == 1]
+    expected = archive if training_data == "cumulative" else latest
+    np.testing.assert_array_equal(seen["train"], expected)
+    # seeds are the top of that set: every seed is one of its rows
+    pool = {tuple(row) for row in expected.tolist()}
+    assert all(tuple(row) in pool for row in seen["seeds"].tolist())
+    assert len(archive) > len(latest)
+
+
 def test_schedule_parsing() -> None:
     assert loop.parse_schedule("sft:1,marge:9") == (("sft", 1), ("marge", 9))
     assert loop.parse_schedule(" SFT:2 , dpo:1 ") == (("sft", 2), ("dpo", 1))

@@ -6,9 +6,12 @@ deduplicated archive of ``n0`` GA generations)::
     D_i       = DatasetFormatting(S_i)               # PropEn pairs (SFT/MargE/REINFORCE) or triples (DPO)
     theta_i+1 = Train(theta_i, D_i; loss_i)          # reference = theta_i (the previous round's policy)
     X_i+1     = IterativeRefinement(pi, TopK(S_i))   # temperatures T + offset(mean Hamming of round i)
-    X_i+1     = Filter(X_i+1, j)                     # likelihood quantile, infeasible cap, uniform j
+    X_i+1     = Filter(X_i+1 minus S, j)             # new only; likelihood quantile, infeasible cap
     S_i+1     = {(x, f(x)) : x in X_i+1}             # the only oracle calls of the round
     S         = S u S_i+1                            # the archive (every labelled sequence)
+
+With ``LoopConfig.training_data = "cumulative"`` the round trains on, and takes its seeds from,
+the whole archive ``S`` (the main text's ``D^(i)``) instead of ``S_i``.
 
 ``loss_i`` comes from the loss schedule (``--schedule sft:1,marge:9``; ``--loss marge`` means SFT
 for the first round, MargE afterwards, as the paper). Everything a round needs is in
@@ -167,6 +170,11 @@ class LoopConfig:
       first_round_min_steps: round 1 trains for at least this many optimizer steps (more epochs
         when the GA data gives few pairs: f2's GA data gives only ~500 after the infeasible cap).
       max_train_examples: random subset of the round's pairs/triples (``None``: all) - a CPU knob.
+      training_data: what a round trains on and takes its seeds from: "latest" = ``S_i``, the
+        sequences labelled in the previous round (Algorithm 1 of the appendix, the authors' code);
+        "cumulative" = every labelled sequence so far, ``D^(i)`` of the main text (Sec. 4: "the
+        cumulative dataset ... containing all previously evaluated sequences"; seeds are "the
+        top-scoring historical sequences").
       marge_group_size: self-normalisation group (``None``: the whole batch, paper; 1: reference).
       kl_weight: MargE/REINFORCE ``lambda`` override (``None``: 10).
       marge_weight_norm: MargE's self-normalised weights ``w~`` "sum" to 1 over the batch (the
@@ -217,6 +225,7 @@ class LoopConfig:
     num_microbatches: int = 1
     max_grad_norm: float | None = 1.0
     max_train_examples: int | None = None
+    training_data: str = "latest"
     marge_group_size: int | None = None
     kl_weight: float | None = None
     marge_weight_norm: str = "mean"
@@ -267,6 +276,7 @@ class LoopConfig:
             ("selection_likelihood", ("raw", "processed")),
             ("filter_likelihood", ("raw", "processed")),
             ("marge_weight_norm", ("sum", "mean")),
+            ("training_data", ("latest", "cumulative")),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}; got {getattr(self, name)!r}")
@@ -794,7 +804,10 @@ def llome_round(
     loss = cfg.loss(r)
     next_key, round_key = jax.random.split(state.key)
     k_data, k_train, k_seeds, k_refine, k_filter = jax.random.split(round_key, 5)
-    x_i, v_i = state.latest()
+    if cfg.training_data == "cumulative":
+        x_i, v_i = np.asarray(state.archive_sequences), np.asarray(state.archive_values)
+    else:
+        x_i, v_i = state.latest()
     times: dict[str, float] = {}
 
     t = time.perf_counter()
