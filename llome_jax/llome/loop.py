@@ -164,6 +164,11 @@ class LoopConfig:
         max_grad_norm: training [1e-6 / 1e-7, 0.01, 0 / 150, 1, 64, -, 1.0]. AdamW for
         SFT/MargE/REINFORCE, torch-RMSprop for DPO (``train.paper_optimizer``), linear decay,
         fresh optimizer every round (the reference re-initialises it with each trainer).
+      sft_batch_size: batch size of SFT rounds (``None``: ``batch_size``) [128: the appendix's
+        SFT search picked 128, MargE and DPO 64].
+      dpo_compute_dtype: matmul dtype of DPO training and its reference log-probs ("float32" /
+        "bfloat16"; parameters and optimizer state stay float32) [bfloat16: "Due to
+        computational constraints, we train with bf16"].
       first_round_epochs: epochs of round 1 (SFT on the GA data; ``None``: ``epochs``). A
         from-scratch model must first learn the output format there.
       first_round_learning_rate: learning rate of round 1 (``None``: ``learning_rate``).
@@ -222,6 +227,8 @@ class LoopConfig:
     first_round_learning_rate: float | None = None
     first_round_min_steps: int = 0
     batch_size: int = 64
+    sft_batch_size: int | None = None
+    dpo_compute_dtype: str = "float32"
     num_microbatches: int = 1
     max_grad_norm: float | None = 1.0
     max_train_examples: int | None = None
@@ -277,6 +284,7 @@ class LoopConfig:
             ("filter_likelihood", ("raw", "processed")),
             ("marge_weight_norm", ("sum", "mean")),
             ("training_data", ("latest", "cumulative")),
+            ("dpo_compute_dtype", ("float32", "bfloat16")),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}; got {getattr(self, name)!r}")
@@ -284,6 +292,14 @@ class LoopConfig:
             raise ValueError("learning rates must be non-negative")
         if not self.temperatures or any(t <= 0 for t in self.temperatures):
             raise ValueError(f"temperatures must be positive; got {self.temperatures}")
+        if self.sft_batch_size is not None and (
+            isinstance(self.sft_batch_size, bool)
+            or not isinstance(self.sft_batch_size, int)
+            or self.sft_batch_size < 1
+        ):
+            raise ValueError(
+                f"sft_batch_size must be a positive integer or None; got {self.sft_batch_size!r}"
+            )
         if self.max_train_examples is not None and self.max_train_examples < 1:
             raise ValueError("max_train_examples must be >= 1 or None")
         if self.weights is None and not self.model:
@@ -293,6 +309,12 @@ class LoopConfig:
     def loss(self, round_index: int) -> str:
         """Loss of round ``round_index`` (1-based)."""
         return loss_for_round(self.schedule, round_index)
+
+    def batch_size_for(self, loss: str) -> int:
+        """Loss units per optimizer step of a round trained with ``loss``."""
+        if loss == "sft" and self.sft_batch_size is not None:
+            return self.sft_batch_size
+        return self.batch_size
 
     @property
     def min_candidates(self) -> int:
@@ -522,28 +544,48 @@ def _train_step(cfg: LoopConfig, loss: str, opt_config: Any) -> Any:
     res = _resources(cfg)
     return make_train_step(
         get_loss(loss),
-        res.model,
+        _training_model(cfg, loss),
         make_optimizer(opt_config),
-        num_microbatches=_microbatches(cfg, res.mesh),
+        num_microbatches=_microbatches(cfg, res.mesh, cfg.batch_size_for(loss)),
         max_grad_norm=cfg.max_grad_norm,
         mesh=res.mesh,
     )
 
 
-def _microbatches(cfg: LoopConfig, mesh: Any) -> int:
+def _microbatches(cfg: LoopConfig, mesh: Any, batch_size: int | None = None) -> int:
     """The largest ``M <= cfg.num_microbatches`` with ``batch_size % (M * devices) == 0``.
 
     (Paper: 64 = 32 accumulation steps x 2 GPUs x 1; on 8 devices that becomes 8 x 8 x 1.)
     """
+    batch_size = cfg.batch_size if batch_size is None else batch_size
     devices = 1 if mesh is None else int(mesh.devices.size)
-    if cfg.batch_size % devices:
+    if batch_size % devices:
         raise ValueError(
-            f"batch_size {cfg.batch_size} must be divisible by the {devices} data-parallel devices"
+            f"batch_size {batch_size} must be divisible by the {devices} data-parallel devices"
         )
-    m = max(1, min(cfg.num_microbatches, cfg.batch_size // devices))
-    while cfg.batch_size % (m * devices):
+    m = max(1, min(cfg.num_microbatches, batch_size // devices))
+    while batch_size % (m * devices):
         m -= 1
     return m
+
+
+def _training_model(cfg: LoopConfig, loss: str) -> Any:
+    """The model whose graph a round trains (parameters always come from the state): the run's
+    model, or for DPO with ``dpo_compute_dtype`` another matmul dtype, an abstract copy in it."""
+    model = _resources(cfg).model
+    if loss != "dpo" or cfg.dpo_compute_dtype == model.config.compute_dtype:
+        return model
+    return _model_in_dtype(cfg, cfg.dpo_compute_dtype)
+
+
+@functools.lru_cache(maxsize=2)
+def _model_in_dtype(cfg: LoopConfig, compute_dtype: str) -> Any:
+    from flax import nnx
+
+    from llome_jax.lm.pythia import Pythia
+
+    config = dataclasses.replace(_resources(cfg).model.config, compute_dtype=compute_dtype)
+    return nnx.eval_shape(lambda: Pythia(config, rngs=nnx.Rngs(0)))
 
 
 def _loss_params(cfg: LoopConfig, loss: str) -> Any:
@@ -710,7 +752,7 @@ def _train(
 
     res = _resources(cfg)
     n = int(data["units"])
-    bsz = cfg.batch_size
+    bsz = cfg.batch_size_for(loss)
     epochs = cfg.epochs if epochs is None else epochs
     steps_per_epoch = math.ceil(n / bsz)
     if round_index == 1 and cfg.first_round_min_steps:
@@ -727,7 +769,7 @@ def _train(
     else:
         # The reference is the round-start policy (the previous round's model), scored once.
         reference = compute_logprobs(
-            res.model,
+            _training_model(cfg, loss),
             params,
             ids,
             tmask,

@@ -16,8 +16,12 @@ passes ``function``, ``schedule``, ``rounds``, ``seed``, ``weights``).
   from-scratch one (the paper's 1e-6 is for a pretrained 2.8B model); BUILD.md ("LLOME loop")
   records how they were chosen (on training functions, never on f2).
 * ``paper``: Pythia-2.8B from ``--weights DIR`` (its own tokenizer), the paper's
-  hyper-parameters (lr 1e-6 AdamW / 1e-7 RMSprop for DPO, batch 64, one epoch, 200 seeds,
-  10 iterations, greedy + 6 temperatures x 10 samples, j = 2000), data parallel over all devices.
+  hyper-parameters (appendix "LLM Training Details", bold values, and the algorithm captions):
+  AdamW lr 1e-6 with batch 128 for SFT and 64 for MargE (lambda 10), RMSprop lr 1e-7 with batch
+  64 in bf16 for DPO, one epoch, 200 seeds, 10 iterations, greedy + 6 temperatures x 10 samples,
+  j = 2000; MargE's self-normalised weights sum to 1 over the batch (the appendix's formula
+  read literally); data parallel over all devices. ``tests/test_llome_presets.py`` checks every
+  value against the appendix.
 """
 
 from __future__ import annotations
@@ -85,6 +89,10 @@ _PAPER: dict[str, Any] = dict(
     weight_decay=0.01,
     epochs=1,
     batch_size=64,
+    sft_batch_size=128,
+    dpo_compute_dtype="bfloat16",
+    kl_weight=10.0,
+    marge_weight_norm="sum",
     num_microbatches=32,
     logprob_batch_size=64,
     num_seeds=200,

@@ -1,0 +1,149 @@
+"""The ``paper`` preset is the paper's tables: every value against the appendix, read through the
+loop's own functions (optimizer, loss parameters, batch sizes), not only the preset dict."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import numpy as np
+import pytest
+
+from llome_jax.llome import loop
+from llome_jax.llome.presets import preset
+
+# Transcribed from the paper (ICML 2025). Each row: (what, value read from the configuration,
+# the paper's value, where the paper states it). Bold = the value the appendix's search chose.
+APPENDIX_SFT = "App. 'LLM Training Details', paragraph SFT"
+APPENDIX_DPO = "App. 'LLM Training Details', paragraph DPO"
+APPENDIX_MARGE = "App. 'LLM Training Details', paragraph MargE"
+PAPER_TABLE: list[tuple[str, Any, Any, str]] = [
+    # SFT: "AdamW optimizer, with beta1=0.9, beta2=0.999, lambda=0.01, eps=1e-8"
+    ("SFT optimizer", lambda c: loop._optimizer_config(c, "sft", 10, 1).name, "adamw", APPENDIX_SFT),
+    ("SFT beta1", lambda c: loop._optimizer_config(c, "sft", 10, 1).b1, 0.9, APPENDIX_SFT),
+    ("SFT beta2", lambda c: loop._optimizer_config(c, "sft", 10, 1).b2, 0.999, APPENDIX_SFT),
+    ("SFT weight decay", lambda c: loop._optimizer_config(c, "sft", 10, 1).weight_decay, 0.01,
+     APPENDIX_SFT),
+    ("SFT eps", lambda c: loop._optimizer_config(c, "sft", 10, 1).eps, 1e-8, APPENDIX_SFT),
+    ("SFT learning rate (bold 1e-6)",
+     lambda c: loop._optimizer_config(c, "sft", 10, 1).learning_rate, 1e-6, APPENDIX_SFT),
+    ("SFT batch size (bold 128)", lambda c: c.batch_size_for("sft"), 128, APPENDIX_SFT),
+    # DPO: "RMSprop optimizer, with alpha=0.99, lambda=mu=0, eps=1e-8 ... we train with bf16"
+    ("DPO optimizer", lambda c: loop._optimizer_config(c, "dpo", 10).name, "rmsprop",
+     APPENDIX_DPO),
+    ("DPO alpha", lambda c: loop._optimizer_config(c, "dpo", 10).rms_decay, 0.99, APPENDIX_DPO),
+    ("DPO weight decay (lambda 0)",
+     lambda c: loop._optimizer_config(c, "dpo", 10).weight_decay, 0.0, APPENDIX_DPO),
+    ("DPO eps", lambda c: loop._optimizer_config(c, "dpo", 10).rms_eps, 1e-8, APPENDIX_DPO),
+    ("DPO learning rate (bold 1e-7)",
+     lambda c: loop._optimizer_config(c, "dpo", 10).learning_rate, 1e-7, APPENDIX_DPO),
+    ("DPO batch size (bold 64)", lambda c: c.batch_size_for("dpo"), 64, APPENDIX_DPO),
+    ("DPO precision (bf16)", lambda c: c.dpo_compute_dtype, "bfloat16", APPENDIX_DPO),
+    # MargE: "AdamW optimizer, with beta1=0.9, beta2=0.999, lambda=0.01, eps=1e-8"
+    ("MargE optimizer", lambda c: loop._optimizer_config(c, "marge", 10).name, "adamw",
+     APPENDIX_MARGE),
+    ("MargE weight decay", lambda c: loop._optimizer_config(c, "marge", 10).weight_decay, 0.01,
+     APPENDIX_MARGE),
+    ("MargE learning rate (bold 1e-6)",
+     lambda c: loop._optimizer_config(c, "marge", 10).learning_rate, 1e-6, APPENDIX_MARGE),
+    ("MargE batch size (bold 64)", lambda c: c.batch_size_for("marge"), 64, APPENDIX_MARGE),
+    ("MargE lambda (bold 10)", lambda c: float(loop._loss_params(c, "marge").kl_weight), 10.0,
+     APPENDIX_MARGE),
+    # "Self-Normalization": w~ = w / sum_{B} w (normalised to sum 1 over the batch)
+    ("MargE self-normalised weights sum to 1",
+     lambda c: float(loop._loss_params(c, "marge").weights_sum_to_one), 1.0,
+     "App. 'LLM Training Details', paragraph Self-Normalization"),
+    # "We trained REINFORCE with the same best hyperparameters as MargE."
+    ("REINFORCE learning rate",
+     lambda c: loop._optimizer_config(c, "reinforce", 10).learning_rate, 1e-6,
+     "App. 'LLM Training Details', paragraph REINFORCE"),
+    ("REINFORCE lambda", lambda c: float(loop._loss_params(c, "reinforce").kl_weight), 10.0,
+     "App. 'LLM Training Details', paragraph REINFORCE"),
+    # Sec. 5 "LLOME Details": one epoch, Pythia 2.8B, SFT before MargE/DPO
+    ("epochs per round", lambda c: c.epochs, 1, "Sec. 5 'Llome Details': 'for one epoch'"),
+    ("base model", lambda c: c.model, "2.8b", "Sec. 5 'Llome Details': Pythia 2.8B"),
+    ("first round is SFT, then MargE", lambda c: (c.loss(1), c.loss(2), c.loss(10)),
+     ("sft", "marge", "marge"), "Sec. 5 'Llome Details': one round of SFT before MargE"),
+    # Alg. 1 caption: n0 = 10, j = 2000, T = 10
+    ("GA generations n0", lambda c: c.ga_generations, 10, "Alg. 1 caption"),
+    ("labels per round j", lambda c: c.num_selected, 2000, "Alg. 1 caption"),
+    ("rounds T", lambda c: c.rounds, 10, "Alg. 1 caption"),
+    # Alg. IterativeRefinement caption: n_s = 200, n_i = 10, n_o = 10, T = [0.6, ..., 1.6]
+    ("seeds n_s", lambda c: c.num_seeds, 200, "Alg. IterativeRefinement caption"),
+    ("iterations n_i", lambda c: c.num_iterations, 10, "Alg. IterativeRefinement caption"),
+    ("samples n_o", lambda c: c.num_samples, 10, "Alg. IterativeRefinement caption"),
+    ("temperatures", lambda c: tuple(c.temperatures), (0.6, 0.8, 1.0, 1.2, 1.4, 1.6),
+     "Alg. IterativeRefinement caption"),
+    ("greedy decoding too", lambda c: c.greedy, True, "App. 'Iterative Refinement'"),
+    # Alg. DatasetFormatting caption: k_n = 30, Delta x = 0.25
+    ("PropEn neighbours k_n", lambda c: c.num_neighbours, 30, "Alg. DatasetFormatting caption"),
+    ("PropEn Delta x", lambda c: c.max_distance, 0.25, "Alg. DatasetFormatting caption"),
+    # App. 'Genetic Algorithm': p_m = 0.005, n = 1000
+    ("GA mutation probability", lambda c: c.ga_mutation_prob, 0.005, "App. 'Genetic Algorithm'"),
+    ("GA particles", lambda c: c.ga_particles, 1000, "App. 'Genetic Algorithm'"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def paper_config() -> loop.LoopConfig:
+    return preset("paper", weights="/path/to/pythia-2.8b")  # the directory is not read here
+
+
+@pytest.mark.parametrize(
+    ("what", "read", "expected", "where"), PAPER_TABLE, ids=[row[0] for row in PAPER_TABLE]
+)
+def test_paper_preset_matches_the_appendix(paper_config, what, read, expected, where):
+    got = read(paper_config)
+    if isinstance(expected, float):
+        assert got == pytest.approx(expected, rel=1e-12), f"{what} ({where})"
+    else:
+        assert got == expected, f"{what} ({where})"
+
+
+def test_table_rows_are_distinct_and_would_catch_the_defaults(paper_config):
+    """The table is not vacuous: the ``cpu`` preset differs from it in the rows a laptop changes."""
+    assert len({row[0] for row in PAPER_TABLE}) == len(PAPER_TABLE)
+    cpu = preset("cpu")
+    differing = [what for what, read, expected, _ in PAPER_TABLE if read(cpu) != expected]
+    assert {"SFT batch size (bold 128)", "base model", "DPO precision (bf16)"} <= set(differing)
+
+
+def test_sft_batch_size_sets_the_steps_of_an_sft_round():
+    """``sft_batch_size`` is what an SFT round steps with (and MargE keeps ``batch_size``)."""
+    cfg = preset("smoke", max_train_examples=64, sft_batch_size=16, epochs=1)
+    state = loop.init_state(cfg)
+    x, v = state.latest()
+    data = loop._training_data(jax.random.key(1), cfg, "sft", x, v)
+    assert data["units"] == 64
+    *_, info = loop._train(jax.random.key(2), cfg, "sft", data, state.params, False, 1, 2)
+    assert info["train_steps"] == math.ceil(64 / 16)
+    marge = dataclasses.replace(cfg, batch_size=32)
+    assert marge.batch_size_for("marge") == 32 and marge.batch_size_for("sft") == 16
+
+
+def test_dpo_in_bfloat16_trains_close_to_float32():
+    """``dpo_compute_dtype="bfloat16"``: the DPO step and its reference log-probs run with bf16
+    matmuls (parameters stay float32); one epoch lands near the float32 run but not on it."""
+    fp32 = preset("smoke", max_train_examples=64)
+    bf16 = dataclasses.replace(fp32, dpo_compute_dtype="bfloat16")
+    assert loop._training_model(bf16, "dpo").config.compute_dtype == "bfloat16"
+    assert loop._training_model(bf16, "sft") is loop._resources(bf16).model
+    state = loop.init_state(fp32)
+    x, v = state.latest()
+    results = []
+    for cfg in (fp32, bf16):
+        data = loop._training_data(jax.random.key(1), cfg, "dpo", x, v)
+        params, _, loss, _ = loop._train(
+            jax.random.key(2), cfg, "dpo", data, state.params, False, 1
+        )
+        results.append((params, loss))
+    (_, l32), (p16, l16) = results
+    assert np.isfinite(l16) and l16 == pytest.approx(l32, rel=5e-2) and l16 != l32
+    leaves = jax.tree.leaves(p16)
+    assert all(np.asarray(leaf).dtype == np.float32 for leaf in leaves)
+    with pytest.raises(ValueError, match="dpo_compute_dtype"):
+        dataclasses.replace(fp32, dpo_compute_dtype="float16")
+    with pytest.raises(ValueError, match="sft_batch_size"):
+        dataclasses.replace(fp32, sft_batch_size=0)
