@@ -195,6 +195,7 @@ class RunDirectory:
         *,
         resume: bool = False,
         mutable_keys: Sequence[str] = ("rounds", "generations", "resume", "out"),
+        legacy_values: Mapping[str, Any] | None = None,
     ) -> RunDirectory:
         """Open a run directory.
 
@@ -204,6 +205,10 @@ class RunDirectory:
           resume: continue an existing run. Its ``config.json`` must equal ``config`` except for
             ``mutable_keys`` (e.g. more rounds); a new run refuses a non-empty directory.
           mutable_keys: keys that may differ on resume.
+          legacy_values: settings added after a run directory may have been made, with the value
+            that reproduces the behaviour from before the setting existed. A key missing from the
+            saved ``config.json`` matches when ``config`` holds exactly that value (so old runs
+            resume with their old behaviour, and refuse a new one).
 
         Raises:
           ValueError: on a configuration mismatch or an existing run without ``resume``; nothing is
@@ -218,6 +223,8 @@ class RunDirectory:
                     f"cannot resume: {config_path} does not exist (start without --resume)."
                 )
             saved = json.loads(config_path.read_text())
+            for key, value in _normalise(dict(legacy_values or {})).items():
+                saved.setdefault(key, value)
             differing = sorted(
                 key
                 for key in set(saved) | set(config)

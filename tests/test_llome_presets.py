@@ -55,6 +55,12 @@ PAPER_TABLE: list[tuple[str, Any, Any, str]] = [
     ("MargE self-normalised weights sum to 1",
      lambda c: float(loop._loss_params(c, "marge").weights_sum_to_one), 1.0,
      "App. 'LLM Training Details', paragraph Self-Normalization"),
+    # "If the hyperparameter set-up with the lowest validation loss does not output sequences
+    # with the correct format >90% of the time, then we select the set-up with the next best
+    # validation loss that meets these constraints" -- applied to each MargE/DPO round's checkpoints
+    ("checkpoint selection with a >90 % format gate",
+     lambda c: (c.select_checkpoint, c.selection_threshold, set(c.selection_losses)),
+     (True, 0.9, {"marge", "dpo"}), "App. 'LLM Training Details', first paragraph"),
     # "We trained REINFORCE with the same best hyperparameters as MargE."
     ("REINFORCE learning rate",
      lambda c: loop._optimizer_config(c, "reinforce", 10).learning_rate, 1e-6,

@@ -26,6 +26,42 @@ def test_create_resume_and_config_mismatch(tmp_path):
         rundir.RunDirectory.create(tmp_path / "none", config, resume=True)
 
 
+def test_resume_fills_settings_added_later_with_their_legacy_value(tmp_path):
+    """A run made before a setting existed resumes when the setting holds its legacy value (the
+    old behaviour) and refuses any other value; a saved value always wins over the legacy one."""
+    old = {"optimizer": "llome", "function": "f2", "rounds": 3}
+    rundir.RunDirectory.create(tmp_path / "r", old)
+    legacy = {"exclude_labelled": False, "training_data": "latest"}
+    same = {**old, "exclude_labelled": False, "training_data": "latest"}
+    with pytest.raises(ValueError, match="configuration differs"):  # without the legacy table
+        rundir.RunDirectory.create(tmp_path / "r", same, resume=True)
+    with pytest.raises(ValueError, match="exclude_labelled: saved False vs now True"):
+        rundir.RunDirectory.create(
+            tmp_path / "r", {**same, "exclude_labelled": True}, resume=True, legacy_values=legacy
+        )
+    rundir.RunDirectory.create(tmp_path / "r", same, resume=True, legacy_values=legacy)
+    # the resumed run's config.json now records the settings explicitly
+    saved = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert saved["exclude_labelled"] is False and saved["training_data"] == "latest"
+    new = {**old, "exclude_labelled": True}
+    rundir.RunDirectory.create(tmp_path / "n", new)
+    with pytest.raises(ValueError, match="exclude_labelled: saved True vs now False"):
+        rundir.RunDirectory.create(
+            tmp_path / "n", {**old, "exclude_labelled": False}, resume=True, legacy_values=legacy
+        )
+
+
+def test_llome_legacy_values_name_real_settings():
+    import dataclasses
+
+    from llome_jax.llome import loop
+
+    fields = {f.name: f for f in dataclasses.fields(loop.LoopConfig)}
+    assert set(loop.LEGACY_VALUES) <= set(fields)
+    # every legacy value is accepted by LoopConfig (the old behaviour is still selectable)
+    loop.LoopConfig(**loop.LEGACY_VALUES)
+
+
 def test_log_read_and_rollback(tmp_path):
     run = rundir.RunDirectory.create(tmp_path, {"optimizer": "x"})
     for r in range(3):

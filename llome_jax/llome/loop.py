@@ -67,6 +67,16 @@ __all__ = [
 #: Losses a round can train with (``llome_jax.losses.LOSSES``).
 LOSS_NAMES: tuple[str, ...] = ("sft", "marge", "dpo", "reinforce")
 
+#: Settings added after the first LLOME runs, with the value that reproduces the earlier behaviour:
+#: a run directory whose ``config.json`` lacks one resumes only with that value.
+LEGACY_VALUES: dict[str, Any] = {
+    "exclude_labelled": False,
+    "marge_weight_norm": "mean",
+    "training_data": "latest",
+    "sft_batch_size": None,
+    "dpo_compute_dtype": "float32",
+}
+
 #: ``LoopState.stop_code`` -> message.
 STOP_REASONS: dict[int, str] = {
     0: "",
@@ -203,6 +213,18 @@ class LoopConfig:
       min_unique_candidates: stop when a round produced fewer unique valid candidates (``None``:
         ``num_seeds``).
       data_parallel: shard training/log-prob/generation batches over all devices.
+      select_checkpoint: keep the best checkpoint of a round instead of the last
+        (``llome_jax.llome.selection``) [off; the authors' code: on for MargE and DPO, the paper
+        applies the same gate to its hyper-parameter search]. The round's units are split 95 % /
+        at most 100 (``data.train_val_split``); at every 20 % of the steps the validation loss
+        and the greedy generations of ``selection_num_prompts`` validation prompts are computed;
+        the kept checkpoint has the lowest validation loss among those whose outputs are >=
+        ``selection_threshold`` valid (parsable, length ``L``, in range) and feasible; if none
+        passes, the last. Off, nothing changes (records and ``config.json`` included).
+      selection_threshold: the gate's fraction [0.9: "correct format >90% of the time"].
+      selection_losses: the losses whose rounds select [("marge", "dpo"); SFT keeps the last].
+      selection_num_prompts: validation prompts generated per candidate [reference: the first
+        ~16 of the <= 100 validation rows].
       preset: the preset the configuration came from (recorded).
     """
 
@@ -259,6 +281,10 @@ class LoopConfig:
     max_infeasible_fraction: float | None = 0.1
     min_unique_candidates: int | None = None
     data_parallel: bool = False
+    select_checkpoint: bool = False
+    selection_threshold: float = 0.9
+    selection_losses: tuple[str, ...] = ("marge", "dpo")
+    selection_num_prompts: int = 64
     preset: str = "custom"
 
     def __post_init__(self) -> None:
@@ -304,6 +330,30 @@ class LoopConfig:
             raise ValueError("max_train_examples must be >= 1 or None")
         if self.weights is None and not self.model:
             raise ValueError("set a model preset name or --weights")
+        self._check_selection()
+
+    def _check_selection(self) -> None:
+        if not isinstance(self.select_checkpoint, bool):
+            raise ValueError(
+                f"select_checkpoint must be True or False; got {self.select_checkpoint!r}"
+            )
+        t = self.selection_threshold
+        if isinstance(t, bool) or not isinstance(t, int | float) or not 0.0 <= t <= 1.0:
+            raise ValueError(f"selection_threshold must be a fraction in [0, 1]; got {t!r}")
+        losses = self.selection_losses
+        if (
+            not isinstance(losses, tuple)
+            or not losses
+            or any(name not in LOSS_NAMES for name in losses)
+            or len(set(losses)) != len(losses)
+        ):
+            raise ValueError(
+                f"selection_losses must be a non-empty tuple of distinct losses from {LOSS_NAMES}; "
+                f"got {losses!r}"
+            )
+        n = self.selection_num_prompts
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"selection_num_prompts must be a positive integer; got {n!r}")
 
     # ------------------------------------------------------------------ helpers
     def loss(self, round_index: int) -> str:
@@ -326,6 +376,10 @@ class LoopConfig:
         out["schedule"] = ",".join(f"{n}:{c}" for n, c in self.schedule)
         out["model_overrides"] = {k: v for k, v in self.model_overrides}
         out["temperatures"] = list(self.temperatures)
+        out["selection_losses"] = list(self.selection_losses)
+        if not self.select_checkpoint:  # runs without the option keep their config.json
+            del out["select_checkpoint"], out["selection_threshold"]
+            del out["selection_losses"], out["selection_num_prompts"]
         return out
 
 
@@ -729,6 +783,42 @@ def _subset(key: jax.Array, n: int, limit: int | None) -> np.ndarray:
     return np.sort(np.argsort(bits, kind="stable")[:limit]).astype(np.int64)
 
 
+#: ``fold_in`` salt of the train/validation split key (derived from the round's train key).
+_SPLIT_SALT = 0x5E1EC7
+
+
+@functools.lru_cache(maxsize=8)
+def _eval_step(cfg: LoopConfig, loss: str) -> Any:
+    from llome_jax.losses import get_loss
+    from llome_jax.train import make_eval_step
+
+    res = _resources(cfg)
+    return make_eval_step(
+        get_loss(loss),
+        _training_model(cfg, loss),
+        num_microbatches=_microbatches(cfg, res.mesh, cfg.batch_size_for(loss)),
+        mesh=res.mesh,
+    )
+
+
+def _selection_candidate(
+    cfg: LoopConfig, loss: str, step: int, params: Any, val: Any, prompts: Any, hparams: Any
+) -> Any:
+    """``selection.Candidate`` of ``params`` after ``step`` updates: the validation loss (mean
+    over the units of the ``val`` batches ``[(batch, real units)]``) and the greedy gate."""
+    from llome_jax.llome import selection
+
+    res = _resources(cfg)
+    evaluate = _eval_step(cfg, loss)
+    summed = [evaluate(params, batch, hparams)["loss"] * count for batch, count in val]
+    val_loss = float(np.sum(jax.device_get(summed))) / sum(count for _, count in val)
+    policy = _model_with(res.model, params)
+    gate = selection.greedy_gate(
+        policy, res.codec, res.fn, prompts, batch_size=cfg.generation_batch_size, mesh=res.mesh
+    )
+    return selection.Candidate(step, val_loss, gate)
+
+
 def _train(
     key: jax.Array,
     cfg: LoopConfig,
@@ -739,8 +829,16 @@ def _train(
     epochs: int | None = None,
     round_index: int = 2,
 ) -> tuple[Any, Any, float, dict[str, Any]]:
-    """Train ``params`` on ``data``: ``(params, opt_state, mean loss, {train_steps, learning_rate})``."""
+    """Train ``params`` on ``data``: ``(params, opt_state, mean loss, info)``.
+
+    ``info``: ``train_steps``, ``learning_rate``. With checkpoint selection for ``loss``
+    (``cfg.select_checkpoint``, ``llome_jax.llome.selection``) training uses the 95 % split of the
+    units, the returned params are the kept checkpoint's (``opt_state`` stays the last step's),
+    and ``info`` adds ``selected_step``, ``selection_passed``, ``val_loss``, ``gate_valid``,
+    ``gate_feasible``, ``selection_history``, ``num_val_units`` and ``time_selection``.
+    """
     from llome_jax import parallel
+    from llome_jax.llome import selection
     from llome_jax.losses import LossBatch
     from llome_jax.train import (
         TrainBatch,
@@ -754,7 +852,11 @@ def _train(
     n = int(data["units"])
     bsz = cfg.batch_size_for(loss)
     epochs = cfg.epochs if epochs is None else epochs
-    steps_per_epoch = math.ceil(n / bsz)
+    select = cfg.select_checkpoint and loss in cfg.selection_losses
+    split = selection.split_units(jax.random.fold_in(key, _SPLIT_SALT), n) if select else None
+    train_units, val_units = split if split is not None else (np.arange(n), None)
+    n_train = len(train_units)
+    steps_per_epoch = math.ceil(n_train / bsz)
     if round_index == 1 and cfg.first_round_min_steps:
         epochs = max(epochs, math.ceil(cfg.first_round_min_steps / steps_per_epoch))
     total = steps_per_epoch * epochs
@@ -786,40 +888,74 @@ def _train(
         key=key,
     )
     hparams = _loss_params(cfg, loss)
+
+    def make_batch(units: np.ndarray) -> Any:
+        weight = np.ones(bsz, np.float32)
+        if units.size < bsz:  # pad the last batch with weight-0 copies
+            weight[units.size :] = 0.0
+            units = np.concatenate([units, np.full(bsz - units.size, units[0])])
+        rows = np.concatenate([units + c * n for c in range(copies)])
+        batch = TrainBatch.create(
+            ids[rows],
+            tmask[rows],
+            amask[rows],
+            reference=SeqLogProbs(
+                jnp.asarray(reference.sum_logp[rows]), jnp.asarray(reference.num_tokens[rows])
+            ),
+            loss=LossBatch.create(
+                reward=np.asarray(data["reward"], np.float32)[units],
+                weight=weight,
+                group_size=cfg.marge_group_size,
+            ),
+        )
+        return batch if res.mesh is None else parallel.shard_batch(batch, res.mesh)
+
+    chosen = selection.Selection(cfg.selection_threshold)
+    saves, val, prompts, best_params, time_selection = frozenset(), [], None, None, 0.0
+    if val_units is not None:
+        saves = frozenset(selection.save_steps(total))
+        val = [
+            (make_batch(u), u.size) for u in np.split(val_units, range(bsz, val_units.size, bsz))
+        ]
+        shown = val_units[: cfg.selection_num_prompts]
+        prompts = selection.prompt_sequences(
+            res.codec, data["ids"][0][shown], data["amask"][0][shown]
+        )
     losses: list[jax.Array] = []
     epoch_keys = jax.random.split(key, epochs)
     with _progress(progress, total=total, desc=f"train {loss}", unit="step") as bar:
         for epoch in range(epochs):
-            order = np.argsort(np.asarray(jax.random.bits(epoch_keys[epoch], (n,), jnp.uint32)))
+            bits = jax.random.bits(epoch_keys[epoch], (n_train,), jnp.uint32)
+            order = train_units[np.argsort(np.asarray(bits))]
             for s in range(steps_per_epoch):
-                units = order[s * bsz : (s + 1) * bsz]
-                weight = np.ones(bsz, np.float32)
-                if units.size < bsz:  # pad the last batch with weight-0 copies
-                    weight[units.size :] = 0.0
-                    units = np.concatenate([units, np.full(bsz - units.size, units[0])])
-                rows = np.concatenate([units + c * n for c in range(copies)])
-                batch = TrainBatch.create(
-                    ids[rows],
-                    tmask[rows],
-                    amask[rows],
-                    reference=SeqLogProbs(
-                        jnp.asarray(reference.sum_logp[rows]),
-                        jnp.asarray(reference.num_tokens[rows]),
-                    ),
-                    loss=LossBatch.create(
-                        reward=np.asarray(data["reward"], np.float32)[units],
-                        weight=weight,
-                        group_size=cfg.marge_group_size,
-                    ),
-                )
-                if res.mesh is not None:
-                    batch = parallel.shard_batch(batch, res.mesh)
-                state, metrics = step(state, batch, hparams)
+                state, metrics = step(state, make_batch(order[s * bsz : (s + 1) * bsz]), hparams)
                 losses.append(metrics["loss"])
                 bar.update(1)
+                done = epoch * steps_per_epoch + s + 1
+                if done in saves:
+                    t = time.perf_counter()
+                    candidate = _selection_candidate(
+                        cfg, loss, done, state.params, val, prompts, hparams
+                    )
+                    chosen, is_best = chosen.consider(candidate)
+                    if is_best:  # a host copy: the next step donates state.params
+                        best_params = jax.tree.map(lambda a: np.array(a, copy=True), state.params)
+                    time_selection += time.perf_counter() - t
     train_loss = float(np.mean(jax.device_get(losses))) if losses else float("nan")
-    info = {"train_steps": total, "learning_rate": opt_config.learning_rate}
-    return state.params, state.opt_state, train_loss, info
+    info: dict[str, Any] = {"train_steps": total, "learning_rate": opt_config.learning_rate}
+    params_out = state.params
+    if select and val_units is None:
+        reason = f"{n} unit(s): too few to split off validation data; trained on all, kept the last"
+        info.update(selection.skipped_record(total, reason), num_val_units=0, time_selection=0.0)
+    elif select:
+        info.update(chosen.record(), num_val_units=len(val_units), time_selection=time_selection)
+        if chosen.best is not None and chosen.best.step != total:
+            params_out = (
+                jax.tree.map(jnp.asarray, best_params)
+                if res.mesh is None
+                else parallel.replicate(best_params, res.mesh)
+            )
+    return params_out, state.opt_state, train_loss, info
 
 
 def llome_round(
@@ -1151,7 +1287,11 @@ def run(
     validate_config(cfg)
     config = {"optimizer": "llome", **cfg.to_dict(), **dict(extra_config or {})}
     run_dir = RunDirectory.create(
-        out, config, resume=resume, mutable_keys=("rounds", "resume", "out")
+        out,
+        config,
+        resume=resume,
+        mutable_keys=("rounds", "resume", "out"),
+        legacy_values=LEGACY_VALUES,
     )
     records: list[dict[str, Any]] = []
     with CheckpointManager(run_dir.checkpoint_dir, max_to_keep=2) as manager:

@@ -20,7 +20,9 @@ passes ``function``, ``schedule``, ``rounds``, ``seed``, ``weights``).
   AdamW lr 1e-6 with batch 128 for SFT and 64 for MargE (lambda 10), RMSprop lr 1e-7 with batch
   64 in bf16 for DPO, one epoch, 200 seeds, 10 iterations, greedy + 6 temperatures x 10 samples,
   j = 2000; MargE's self-normalised weights sum to 1 over the batch (the appendix's formula
-  read literally); data parallel over all devices. ``tests/test_llome_presets.py`` checks every
+  read literally); each MargE/DPO round keeps its best validation-loss checkpoint among those
+  whose greedy outputs are >= 90 % well-formed and feasible (the appendix's format gate); data
+  parallel over all devices. ``tests/test_llome_presets.py`` checks every
   value against the appendix.
 """
 
@@ -93,6 +95,7 @@ _PAPER: dict[str, Any] = dict(
     dpo_compute_dtype="bfloat16",
     kl_weight=10.0,
     marge_weight_norm="sum",
+    select_checkpoint=True,
     num_microbatches=32,
     logprob_batch_size=64,
     num_seeds=200,
