@@ -33,9 +33,14 @@ from typing import Any
 
 FUNCTION = "Ehr(32,32)-4-4-4"
 
-#: variant name -> LoopConfig overrides on the ``cpu`` preset (one lever at a time).
+#: variant name -> LoopConfig overrides on the ``cpu`` preset (one lever at a time); the key
+#: ``loss`` (not a LoopConfig field) picks the loss of the schedule (default ``--loss``).
 VARIANTS: dict[str, dict[str, Any]] = {
     "base": {},
+    "select": {"select_checkpoint": True},
+    "sft": {"loss": "sft"},
+    "dpo": {"loss": "dpo"},
+    "dpo_select": {"loss": "dpo", "select_checkpoint": True},
     "sum": {"marge_weight_norm": "sum"},
     "relabel": {"exclude_labelled": False},
     "cumulative": {"training_data": "cumulative"},
@@ -163,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown variants {unknown}; choose from {sorted(VARIANTS)} or use --set")
     instances = [int(i) for i in args.instances.split(",") if i.strip()]
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    losses = {name: overrides.pop("loss", args.loss) for name, overrides in variants.items()}
     configs = {  # validate everything before the first run starts
         (name, i, s): preset(
             "cpu",
@@ -170,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             instance_seed=i,
             seed=s,
             rounds=args.rounds,
-            schedule=loop.schedule_for_loss(args.loss),
+            schedule=loop.schedule_for_loss(losses[name]),
             **overrides,
         )
         for name, overrides in variants.items()
@@ -181,9 +187,13 @@ def main(argv: list[str] | None = None) -> int:
         variant_dir = out / name
         variant_dir.mkdir(parents=True, exist_ok=True)
         overrides_path = variant_dir / "overrides.json"
-        overrides_text = json.dumps(variants[name], sort_keys=True, default=list)
-        if overrides_path.exists() and overrides_path.read_text() != overrides_text:
-            raise SystemExit(f"{variant_dir} holds another variant; choose a new name")
+        overrides_text = json.dumps(
+            {**variants[name], "loss": losses[name]}, sort_keys=True, default=list
+        )
+        if overrides_path.exists():
+            saved = {"loss": "marge", **json.loads(overrides_path.read_text())}
+            if saved != json.loads(overrides_text):
+                raise SystemExit(f"{variant_dir} holds another variant; choose a new name")
         overrides_path.write_text(overrides_text)
         run_dir = variant_dir / f"inst{instance}_seed{seed}"
         done = _records(run_dir)
@@ -196,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             run_dir,
             resume=resume,
             progress=not args.no_progress,
-            extra_config={"loss": args.loss},
+            extra_config={"loss": losses[name]},
             log=lambda line, tag=f"[{name} {instance}:{seed}]": print(f"{tag} {line}", flush=True),
         )
     summarise(out)
