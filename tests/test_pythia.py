@@ -88,6 +88,7 @@ def test_golden_fixture_logits_match_transformers():
 
 def test_golden_fixture_greedy_generation():
     from llome_jax.lm.sample import SampleConfig, generate
+    from llome_jax.train import position_ids_from_mask
 
     model = pythia.from_pretrained(FIXTURE)
     ids = np.load(FIXTURE / "input_ids.npy")
@@ -101,7 +102,21 @@ def test_golden_fixture_greedy_generation():
         SampleConfig(max_new_tokens=greedy["max_new_tokens"]),
         temperature=0.0,
     )
-    np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(greedy["tokens"]))
+    # Greedy tokens are argmaxes of float32 logits that torch and XLA reduce in other orders:
+    # they must agree only because every greedy margin along the fixture's path (best minus
+    # runner-up logit, from our full forward) is far above the float32 tolerance of the logits
+    # (16 ulps of the largest |logit|; ~7x the torch/JAX difference on the fixture prompts).
+    tokens = np.asarray(greedy["tokens"])
+    full_ids = np.concatenate([ids, tokens], axis=1)
+    full_mask = np.concatenate([mask, np.ones_like(tokens)], axis=1)
+    pos = position_ids_from_mask(jnp.asarray(full_mask))
+    logits = np.asarray(_forward(model, jnp.asarray(full_ids), jnp.asarray(full_mask), pos))
+    path = logits[:, ids.shape[1] - 1 : -1]
+    top2 = -np.sort(-path, axis=-1)[..., :2]
+    np.testing.assert_array_equal(path.argmax(-1), tokens)
+    tol = 16 * np.finfo(np.float32).eps * np.abs(path).max()
+    assert (top2[..., 0] - top2[..., 1]).min() > 2 * tol
+    np.testing.assert_array_equal(np.asarray(out.tokens), tokens)
     np.testing.assert_allclose(np.asarray(out.logprobs), np.asarray(greedy["logprobs"]), atol=1e-4)
 
 
@@ -273,7 +288,10 @@ def test_sharded_forward_equals_single_device():
     mesh = parallel.make_mesh(8)
     out = forward(parallel.replicate(state, mesh), *parallel.shard_batch((ids, mask), mesh))
     assert len(out.sharding.device_set) == 8
-    np.testing.assert_allclose(np.asarray(out), single, atol=1e-5, rtol=0)
+    # Sharding the batch only reorders float32 reductions (at most 64 terms here): 64 ulps of the
+    # largest |logit| (~1e-5 at the ~1.4 this model reaches) bounds that with a wide margin.
+    atol = 64 * np.finfo(np.float32).eps * np.abs(single).max()
+    np.testing.assert_allclose(np.asarray(out), single, atol=atol, rtol=0)
 
 
 def test_train_step_contract_sft():
