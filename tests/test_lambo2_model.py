@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 
 import jax
@@ -62,7 +64,56 @@ def test_embeddings_positions_and_norm():
     np.testing.assert_allclose(y.var(-1), 1.0, rtol=1e-4)
 
 
-def test_padding_and_batch_composition_invariance():
+def _perturbed_params(config, seed):
+    """Initial parameters plus N(0, 0.3^2) noise on every leaf: LayerNorm scales and biases are
+    then not 1 and 0, so the features a pad position carries through each block are non-zero."""
+    rng = np.random.default_rng(seed)
+    params = M.init_params(jax.random.key(seed), config)
+    return jax.tree.map(lambda a: a + 0.3 * rng.standard_normal(a.shape, np.float32), params)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _forward(config, params, tokens):
+    return M.to_model(config, params)(tokens)
+
+
+def test_outputs_are_invariant_to_the_padded_length():
+    """Spec §3.9 and §13: with padding, a sequence's pooled head outputs and its real positions'
+    logits do not depend on how far it is padded, nor on the lengths of the other rows.
+
+    A pad position's embedding is 0 and every block zeroes its convolution branch there, so
+    what it carries is position-only (PE through the residuals); a real position sees the same
+    pad features whether N = 9 or N = 12, as long as at least ``k // 2 = 1`` pad follows it.
+    Checked on rows of real lengths 8, 5 and 3 at N = 9 and N = 12 and in another batch; the
+    pads do reach the real positions (the same row with no pad after it, N = L = 8, gives other
+    outputs: zero 'same' padding instead of pad features), so this is not invariance by absence.
+    Dropping the mask after a block's convolutions, or pooling over the pads, breaks it.
+    """
+    config9 = M.ModelConfig.preset("tiny", 4, 8, max_len=9)
+    config12 = dataclasses.replace(config9, max_len=12)
+    params = _perturbed_params(config9, 4)
+    pad = config9.pad_id
+    rows = [[0, 1, 2, 3, 3, 2, 1, 0], [3, 3, 2, 1, 0], [2, 0, 1]]
+
+    def batch(selected, length):
+        return jnp.array([row + [pad] * (length - len(row)) for row in selected])
+
+    out12 = _forward(config12, params, batch(rows, 12))
+    out9 = _forward(config9, params, batch(rows, 9))
+    other = _forward(config12, params, batch(rows[::-1][:2], 12))  # other batch, other order
+    for out, index in ((out9, [0, 1, 2]), (other, [2, 1])):
+        for j, i in enumerate(index):
+            for head in ("reg", "cls"):
+                np.testing.assert_allclose(out[head][:, j], out12[head][:, i], rtol=1e-5, atol=1e-5)
+            real = len(rows[i])
+            np.testing.assert_allclose(
+                out["logits"][j, :real], out12["logits"][i, :real], rtol=1e-5, atol=1e-5
+            )
+    unpadded = _forward(M.ModelConfig.preset("tiny", 4, 8), params, batch(rows[:1], 8))
+    assert np.abs(np.asarray(unpadded["reg"][:, 0] - out12["reg"][:, 0])).max() > 1e-2
+
+
+def test_batch_composition_and_ensemble_application():
     config = M.ModelConfig.preset("tiny", 4, 6, max_len=9)
     params = M.init_params(jax.random.key(3), config)
     model = M.to_model(config, params)

@@ -126,6 +126,16 @@ class DesignConfig:
             raise ValueError(f"version must be 'v0.0.4' or 'v0.0.3', got {self.version!r}.")
         if self.guidance_step_size < 0 or self.tau <= 0:
             raise ValueError("guidance_step_size must be >= 0 and tau > 0.")
+        temp = self.feature_attr_temp
+        if (
+            isinstance(temp, bool)
+            or not isinstance(temp, (int, float))
+            or not 0.0 < temp < math.inf
+        ):
+            raise ValueError(
+                f"DesignConfig.feature_attr_temp (the saliency softmax temperature) must be a "
+                f"positive finite number, got {temp!r}."
+            )
         kl = self.kl_weight
         if isinstance(kl, bool) or not isinstance(kl, (int, float)) or not 0.0 <= kl < 1.0:
             raise ValueError(
@@ -563,6 +573,11 @@ def design_round(
     Returns:
       ``(proposals int32 [n, L], acquisition f32 [n], DesignTrace)``.
     """
+    if design_config.num_mutations > model_config.length:
+        raise ValueError(
+            f"DesignConfig.num_mutations={design_config.num_mutations} edit positions per step "
+            f"exceed the sequence length L={model_config.length}."
+        )
     x0 = np.asarray(seeds)
     if x0.ndim != 2 or x0.shape[1] != model_config.length:
         raise ValueError(f"seeds must be [n, {model_config.length}], got {x0.shape}.")

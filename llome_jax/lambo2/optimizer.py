@@ -291,6 +291,11 @@ def run(
     fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
     x0 = ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed)
     mc = cfg.model_config(fn.config.num_states, fn.config.dim)
+    if cfg.design.num_mutations > mc.length:
+        raise ValueError(
+            f"design.num_mutations={cfg.design.num_mutations} edit positions per step exceed "
+            f"the sequence length L={mc.length} of {cfg.function}."
+        )
     ga_config = ga.GAConfig(num_particles=cfg.ga_particles)
     if mesh is not None and cfg.num_samples % mesh.size:
         raise ValueError(
