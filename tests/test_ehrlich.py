@@ -216,6 +216,33 @@ def test_chunked_path_equals_single_block():
     )
 
 
+def test_batch_sizes_share_compiled_buckets():
+    """Host inputs are padded to ``bucket_size`` rows: 100 batch sizes 1000..1099 reuse two
+    compiled shapes (1024, 1280), and every value equals the one computed without padding."""
+    from llome_jax.ehrlich import function as F  # noqa: N812
+
+    f = eh.paper_function("f2")
+    x = np.asarray(_mixed_batch(f, 1100, jax.random.key(5)))
+    reference = np.asarray(F._evaluate(f, jnp.asarray(x), F.default_chunk_size(f.config)))
+    before = F._evaluate._cache_size()
+    for n in range(1000, 1100):
+        got = eh.evaluate(f, x[:n])
+        assert got.shape == (n,)
+        np.testing.assert_array_equal(np.asarray(got), reference[:n])
+    assert F._evaluate._cache_size() - before <= 2
+    assert [eh.bucket_size(n) for n in (5, 8, 9, 33, 1000, 1025, 4097)] == [
+        5, 8, 10, 40, 1024, 1280, 5120,
+    ]  # fmt: skip
+    sizes = np.arange(1, 5000)
+    buckets = np.array([eh.bucket_size(int(n)) for n in sizes])
+    assert np.all(buckets >= sizes) and np.all(buckets <= np.maximum(1.25 * sizes, 8))
+    # motif presence and feasibility take the same path (batch-first outputs)
+    np.testing.assert_array_equal(
+        np.asarray(eh.motif_presence(f, x[:1001])), np.asarray(eh.motif_presence(f, x))[:1001]
+    )
+    np.testing.assert_array_equal(np.asarray(eh.is_feasible(f, x[:7])), np.isfinite(reference[:7]))
+
+
 def test_batch_shapes_are_preserved():
     f = eh.paper_function("f2")
     x = _mixed_batch(f, 24, jax.random.key(3)).reshape(2, 3, 4, 32)

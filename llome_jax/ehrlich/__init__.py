@@ -15,6 +15,7 @@ from llome_jax.ehrlich.dmp import (
 )
 from llome_jax.ehrlich.function import (
     Ehrlich,
+    bucket_size,
     default_chunk_size,
     evaluate,
     from_holo,
@@ -40,6 +41,7 @@ __all__ = [
     "Ehrlich",
     "EhrlichConfig",
     "banded_mask",
+    "bucket_size",
     "default_chunk_size",
     "evaluate",
     "from_holo",

@@ -33,6 +33,7 @@ from llome_jax.ehrlich.dmp import sample_chain, sample_transition_matrix, statio
 
 __all__ = [
     "Ehrlich",
+    "bucket_size",
     "evaluate",
     "from_holo",
     "initial_solution",
@@ -252,7 +253,7 @@ def validate_tokens(fn: Ehrlich, x: Any, *, what: str = "x") -> jax.Array:
         if x.size:
             low, high = int(x.min()), int(x.max())
             _check_range(cfg, what, low, high)
-        return jnp.asarray(x)
+        return jax.device_put(x)  # not jnp.asarray: that compiles a conversion per shape
     if x.size:
         try:
             low, high = (int(b) for b in _min_max(x))
@@ -402,11 +403,68 @@ def _is_feasible(fn: Ehrlich, x: jax.Array, chunk_size: int) -> jax.Array:
     return _chunked(_lane_feasible, fn, x2d, (), jnp.bool_, chunk_size).reshape(batch_shape)
 
 
+def bucket_size(n: int) -> int:
+    """The padded batch size for ``n`` sequences: the smallest ``m * 2^k >= n`` with
+    ``m in {4, 5, 6, 7}`` (``n`` itself below 8). At most 25 % padding, and ~4 compiled shapes
+    per doubling of the batch instead of one per size.
+
+    Example:
+      >>> [bucket_size(n) for n in (1, 7, 8, 9, 1000, 1024, 1025, 1099)]
+      [1, 7, 8, 10, 1024, 1024, 1280, 1280]
+    """
+    if n < 8:
+        return max(int(n), 0)
+    k = (int(n) - 1).bit_length() - 3  # 2^(k+2) < n <= 2^(k+3)
+    step = 1 << k
+    return -(-int(n) // step) * step
+
+
+def _on_host(x: Any) -> bool:
+    """NumPy data, or a jax array held by one CPU device (readable without a transfer)."""
+    if isinstance(x, np.ndarray | list | tuple):
+        return True
+    if isinstance(x, jax.core.Tracer) or not isinstance(x, jax.Array):
+        return False
+    devices = x.devices()
+    return len(devices) == 1 and next(iter(devices)).platform == "cpu"
+
+
+def _prepare(fn: Ehrlich, x: Any) -> tuple[Any, int | None, tuple[int, ...]]:
+    """Validate ``x``; host inputs ``[..., L]`` come back as NumPy ``[bucket_size(N), L]`` (the
+    padding rows repeat the last real row) with ``N`` and the batch shape, so that a new batch
+    size compiles nothing. Tracers and device arrays (e.g. sharded over a mesh) are only
+    validated (``N = None``)."""
+    if not _on_host(x):
+        return validate_tokens(fn, x), None, ()
+    host = np.asarray(x)
+    validate_tokens(fn, host)
+    batch_shape = host.shape[:-1]
+    n = int(np.prod(batch_shape, dtype=np.int64))
+    flat = host.reshape(n, fn.config.dim)
+    padded = bucket_size(n)
+    if padded > n:
+        flat = np.concatenate([flat, np.broadcast_to(flat[-1:], (padded - n, fn.config.dim))])
+    return flat, n, batch_shape
+
+
+def _finish(out: jax.Array, n: int | None, batch_shape: tuple[int, ...]) -> jax.Array:
+    """Drop the padding rows (on the host: slicing a device array would compile per size)."""
+    if n is None:
+        return out
+    if isinstance(out, jax.core.Tracer):  # the instance is traced (e.g. vmapped over instances)
+        return out[:n].reshape(batch_shape + out.shape[1:])
+    host = np.asarray(out)[:n]
+    return jax.device_put(host.reshape(batch_shape + host.shape[1:]))
+
+
 def evaluate(fn: Ehrlich, x: Any, *, chunk_size: int | None = None) -> jax.Array:
     """Ehrlich values ``f(x)`` (higher is better; ``-inf`` where infeasible).
 
     Jittable, vmappable and shardable over batch axes; inputs are validated eagerly (dtype,
     length, token range) when concrete. Inside a trace, out-of-range tokens count as infeasible.
+    Host inputs (NumPy, or an array on one CPU device) are padded to :func:`bucket_size` rows
+    (the padding's results are discarded), so calls with many batch sizes reuse a few compiled
+    shapes.
 
     Args:
       fn: the instance.
@@ -422,8 +480,9 @@ def evaluate(fn: Ehrlich, x: Any, *, chunk_size: int | None = None) -> jax.Array
       >>> float(eh.evaluate(fn, eh.optimal_solution(fn)))
       1.0
     """
-    x = validate_tokens(fn, x)
-    return _evaluate(fn, x, chunk_size or default_chunk_size(fn.config))
+    x, n, batch_shape = _prepare(fn, x)
+    out = _evaluate(fn, x, chunk_size or default_chunk_size(fn.config))
+    return _finish(out, n, batch_shape)
 
 
 def motif_presence(fn: Ehrlich, x: Any, *, chunk_size: int | None = None) -> jax.Array:
@@ -431,14 +490,16 @@ def motif_presence(fn: Ehrlich, x: Any, *, chunk_size: int | None = None) -> jax
 
     Computed for infeasible sequences too (as the reference does).
     """
-    x = validate_tokens(fn, x)
-    return _motif_presence(fn, x, chunk_size or default_chunk_size(fn.config))
+    x, n, batch_shape = _prepare(fn, x)
+    out = _motif_presence(fn, x, chunk_size or default_chunk_size(fn.config))
+    return _finish(out, n, batch_shape)
 
 
 def is_feasible(fn: Ehrlich, x: Any, *, chunk_size: int | None = None) -> jax.Array:
     """Whether each sequence has non-zero probability under the DMP: bool ``[...]``."""
-    x = validate_tokens(fn, x)
-    return _is_feasible(fn, x, chunk_size or default_chunk_size(fn.config))
+    x, n, batch_shape = _prepare(fn, x)
+    out = _is_feasible(fn, x, chunk_size or default_chunk_size(fn.config))
+    return _finish(out, n, batch_shape)
 
 
 # ---------------------------------------------------------------------------------------------
