@@ -127,7 +127,7 @@ class ModelConfig:
     def preset(cls, name: str, num_states: int, length: int, **overrides: Any) -> ModelConfig:
         """Named sizes (spec §3.7): ``paper`` (128/128/128, k 5: 447,271 trainable for v 32),
         ``paper_314k`` (k 3: 281,383 + 257x128 table = 314,279 with ``max_len`` 256),
-        ``bbo_bench`` (32/128/32, k 5), ``cpu`` (32/32/32, k 5; BUILD.md says why),
+        ``bbo_bench`` (32/128/32, k 5), ``cpu`` (32/32/32, k 5; docs/design/lambo2.md says why),
         ``tiny`` (8/8/8, k 3, 2 members)."""
         presets = {
             "paper": {},

@@ -8,7 +8,7 @@
 * :mod:`~llome_jax.llome.seeds`: refinement seeds and the next-input rule.
 * :mod:`~llome_jax.llome.metrics`: per-round generation metrics.
 
-Paper-vs-reference choices are listed in BUILD.md, "LLOME data pipeline".
+Paper-vs-reference choices are listed in docs/design/llome_data.md.
 """
 
 from llome_jax.llome.data import (

@@ -13,7 +13,7 @@ passes ``function``, ``schedule``, ``rounds``, ``seed``, ``weights``).
   the paper's 226K-parameter small model) with the Ehrlich tokenizer, the paper's f2, n0 = 10 GA
   generations of 1000, j = 2000, 10 rounds, the paper's PropEn / Filter / temperature settings.
   Training and generation sizes are reduced for 2 CPU cores and the learning rate is a
-  from-scratch one (the paper's 1e-6 is for a pretrained 2.8B model); BUILD.md ("LLOME loop")
+  from-scratch one (the paper's 1e-6 is for a pretrained 2.8B model); docs/experiments.md
   records how they were chosen (on training functions, never on f2).
 * ``paper``: Pythia-2.8B from ``--weights DIR`` (its own tokenizer), the paper's
   hyper-parameters (appendix "LLM Training Details", bold values, and the algorithm captions):

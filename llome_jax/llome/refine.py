@@ -22,7 +22,7 @@ Likelihoods (reference §7.5): ``log_likelihood`` is the mean over the kept toke
 including ``]``) of the log-softmax of the *processed* logits (temperature, top-k; raw for greedy
 rows), ``log_likelihood_raw`` the same with the raw logits (``pi_theta`` at ``T = 1``).
 
-Paper vs authors' code (BUILD.md, "Iterative refinement"):
+Paper vs authors' code (docs/design/refinement.md):
 
 * next input: the paper takes the best sample of *this* iteration (``next_input="paper"``); the
   code the best valid output *ever* produced in the trajectory (``"reference"``), see
