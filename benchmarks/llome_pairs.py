@@ -11,7 +11,7 @@ exact 30-NN table, ``pairs``/``triples`` the rest of the formatting given that t
 
 For scale, ``numpy_knn_est`` is a straightforward blocked numpy kNN (``(x[b] != x).sum(-1)`` then
 ``argpartition``), timed on 1,000 query rows and extrapolated to all rows; the reference uses
-PyNNDescent (not installed here), which took minutes on CPU "himem" nodes (spec Sec. 12).
+PyNNDescent (not installed here), which needed CPU "himem" nodes (docs/design/llome_data.md).
 
     python benchmarks/llome_pairs.py               # 30,000 sequences, f2 and f4
     python benchmarks/llome_pairs.py --quick       # 5,000 sequences

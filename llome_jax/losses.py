@@ -1,6 +1,6 @@
 """Training losses for LLOME as swappable pure functions: SFT, DPO, MargE and REINFORCE.
 
-Every loss has the same signature (style.md §3.4, optax/tunix conventions)::
+Every loss has the same signature (optax/tunix conventions; BUILD.md §3.6)::
 
     loss_fn(policy: SeqLogProbs, reference: SeqLogProbs, batch: LossBatch, hparams: LossParams)
         -> (per_unit_loss [N], metrics: dict[str, scalar])
@@ -306,7 +306,7 @@ def _importance_weights(
     log_ratio = policy.sum_logp - reference.sum_logp
     log_normalised = self_normalized_log_weights(log_ratio, batch.weight, batch.group)
     s = hparams.self_normalize
-    # Raw ratios are clipped at exp(80) to avoid inf (the reference's exp overflows, §13.9).
+    # Raw ratios are clipped at exp(80) to avoid inf (the authors' ``exp`` overflows there).
     # "sum": divide by the group's total example weight (omega then sums to 1 over the group)
     log_normalised = log_normalised - hparams.weights_sum_to_one * jnp.log(
         group_total_weight(batch.weight, batch.group)
@@ -408,7 +408,7 @@ def marge_loss(
       (the paper's intent; global under data parallelism because the batch is a global array).
     * Groups of one reproduce the authors' code (per-device micro-batch 1): ``omega = 1``,
       ``loss = (alpha - lambda) lbar - alpha beta r``: a scaled per-sequence SFT loss with no
-      dependence on the reward or the reference (llome_reference.md §6.3).
+      dependence on the reward or the reference (the authors' ``MargeTrainer.marge_loss``).
     * ``stop_weight_gradient`` must stay 0 for the paper's objective; 1 makes the data term inert.
 
     Args:
@@ -547,8 +547,9 @@ LOSSES: dict[str, LossFn] = {
     "reinforce": reinforce_loss,
 }
 
-#: name -> paper/reference default hyper-parameters (LLOME appendix "LLM Training Details",
-#: llome_reference.md §10). Fields a loss does not use are left at the LossParams defaults.
+#: name -> paper/reference default hyper-parameters (LLOME appendix "LLM Training Details" and
+#: the authors' f2 configs: MargE alpha 1 and KL weight 10, DPO beta 0.4). Fields a loss does
+#: not use are left at the LossParams defaults.
 DEFAULT_PARAMS: dict[str, LossParams] = {
     "sft": LossParams(token_mean=1.0),
     "dpo": LossParams(beta=0.4, label_smoothing=0.0),

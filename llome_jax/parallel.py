@@ -20,7 +20,7 @@ on CPU with two processes over loopback using gloo collectives (``tests/test_tra
 
 Axis types are spelled out (``jax.make_mesh`` defaults to ``Explicit`` since JAX 0.9, the raw
 ``Mesh`` constructor to ``Auto``). We use ``Auto`` by default: the compiler propagates shardings
-from the inputs, so model code needs no sharding annotations (ecosystem.md §5, style.md §3.6).
+from the inputs, so model code needs no sharding annotations (BUILD.md §3.1).
 """
 
 from __future__ import annotations

@@ -191,7 +191,8 @@ class TrainState:
 
 
 # --------------------------------------------------------------------------------------------
-# Optimizers (LLOME appendix "LLM Training Details"; llome_reference.md §6.1, §16.9)
+# Optimizers (LLOME appendix "LLM Training Details"; the authors' HF Trainer setup;
+# docs/design/losses.md)
 # --------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""LaMBO-2 acquisition, seed selection and design step (spec ../shared/spec/lambo2.md §7-§9)."""
+"""LaMBO-2 acquisition, seed selection and design step (cortex ``LaMBO.step``, poli-baselines)."""
 
 from __future__ import annotations
 
@@ -253,7 +253,7 @@ def test_design_round_sharded_equals_single_device(trained):
 
 
 def test_masking_rate_follows_the_schedule(trained):
-    """Spec §9.3: each of the M edit positions is masked independently with probability
+    """cortex ``LaMBO.step``: each of the M edit positions is masked independently with probability
     ``rho_s = 1 / sqrt(1 + s)``. Every seed position is real and M <= L, so the edit set has
     exactly M positions and ``|C_s| ~ Binomial(M, rho_s)`` independently per sequence.
 
@@ -303,7 +303,7 @@ def _revealing_step(num_mutations: int, temp: float, **kw) -> D.DesignConfig:
 
 
 def test_edit_positions_are_the_top_first_order_occlusion_scores(trained):
-    """Spec §9.2 on the trained (nonlinear) model: ``score_p = <grad_{e_p} a(x), e_null - e_p>``
+    """cortex saliency, trained (nonlinear) model: ``score_p = <grad_{e_p} a(x), e_null - e_p>``
     with the raw ``<mask>`` row as ``e_null`` (``normalize_null`` off, the default), computed here
     by forward mode (``jax.jvp`` along ``e_null - e_p``, one position at a time); the design step
     uses reverse mode over the population. At temperature 1e-5 the Gumbel-top-M draw is the
@@ -457,7 +457,7 @@ def _masked_features(params, seeds, rows: int = 8):
 
 
 def _kl_by_hand(logits, chosen, num_states):
-    """float64 NumPy KL(softmax(logits) || q0) averaged over the masked positions (spec §9.4)."""
+    """float64 NumPy KL(softmax(logits) || q0) averaged over the masked positions (cortex)."""
     logits = np.asarray(logits, np.float64)
     viable = np.arange(logits.shape[-1]) < num_states
     q = np.where(viable, np.exp(logits - logits.max(-1, keepdims=True)), 0.0)

@@ -1,4 +1,4 @@
-"""LaMBO-2 model and training (spec ../shared/spec/lambo2.md §3-§6, "Test ideas")."""
+"""LaMBO-2 model and training against cortex v0.0.4's semantics (docs/design/lambo2.md)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ TINY = M.ModelConfig.preset("tiny", 4, 8)
     ],
 )
 def test_parameter_counts(preset, overrides, trainable, with_table):
-    # spec §3.7 (V = 39, reference pads to max_len = 256 -> 257-row sinusoid table)
+    # the paper's "314K" comparison (V = 39, cortex pads to max_len = 256 -> 257-row sinusoids)
     config = M.ModelConfig.preset(preset, 32, 32, max_len=256, **overrides)
     shapes = jax.eval_shape(lambda k: M.init_params(k, config), jax.random.key(0))
     assert M.num_parameters(shapes) == trainable
@@ -78,8 +78,9 @@ def _forward(config, params, tokens):
 
 
 def test_outputs_are_invariant_to_the_padded_length():
-    """Spec §3.9 and §13: with padding, a sequence's pooled head outputs and its real positions'
-    logits do not depend on how far it is padded, nor on the lengths of the other rows.
+    """Padding (docs/design/lambo2.md decision 3): with padding, a sequence's pooled head outputs
+    and its real positions' logits do not depend on how far it is padded, nor on the lengths of the
+    other rows.
 
     A pad position's embedding is 0 and every block zeroes its convolution branch there, so
     what it carries is position-only (PE through the residuals); a real position sees the same

@@ -14,7 +14,7 @@ from llome_jax.lambo2 import design, optimizer
 
 
 def _smoke(**overrides):
-    # the spec's end-to-end size: Ehr(4,8)-1-2-2, n 32, E 2, S 4, M 2, K_g 2, two rounds
+    # a smoke-sized end-to-end run: Ehr(4,8)-1-2-2, n 32, E 2, S 4, M 2, K_g 2, two rounds
     return optimizer.preset("smoke", function="Ehr(4,8)-1-2-2", instance_seed=1, **overrides)
 
 

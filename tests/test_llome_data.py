@@ -1,4 +1,4 @@
-"""PropEn pairs / triples / kNN against brute-force pure-Python versions (spec Sec. 5, paper Alg.
+"""PropEn pairs / triples / kNN against brute-force pure-Python versions (authors' code, paper Alg.
 DatasetFormatting), including ties at the k-NN boundary, duplicates, NaN and -inf values."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Filter step (paper Alg. Filter; reference spec Sec. 5.1) on constructed candidate sets."""
+"""The Filter step (paper Alg. Filter; the authors' selection rule) on constructed candidates."""
 
 from __future__ import annotations
 

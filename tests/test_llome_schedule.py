@@ -1,4 +1,4 @@
-"""Temperature schedule (spec Sec. 7.4), seeds and next-input rule (Sec. 7.2-7.3), round metrics."""
+"""Temperature schedule, seeds and next-input rule (docs/design/llome_data.md), round metrics."""
 
 from __future__ import annotations
 

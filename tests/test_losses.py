@@ -208,7 +208,7 @@ def test_check_grads(name):
 
 
 def test_marge_gradient_matches_closed_form():
-    """d loss / d l_i for a global group (llome_reference.md §6.3 formula, mean-1 weights)."""
+    """d loss / d l_i for a global group (the authors' MargE formula, mean-1 weights)."""
     alpha, beta, lam = 1.0, 1.5, 10.0
     hp = LossParams(beta=beta, kl_weight=lam, target_weight=alpha)
     batch = _batch(weight=np.ones(4))
@@ -315,7 +315,7 @@ def _flat(tree) -> np.ndarray:
 
 def test_marge_group_size_one_is_scaled_sft(tiny_lm_batch):
     """The authors' configuration (groups of one): grad MargE = (lambda - alpha) x grad SFT,
-    independent of the reward and the reference model (llome_reference.md §6.3, defect 13.1)."""
+    independent of the reward and the reference model (docs/design/losses.md)."""
     params, policy_logprobs = tiny_lm_batch
     lam = 10.0
     hp = LossParams(kl_weight=lam, beta=1.0)

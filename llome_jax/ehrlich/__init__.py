@@ -1,8 +1,8 @@
 """Ehrlich functions in JAX (imports only jax and numpy).
 
 Closed-form biophysical sequence-design test functions (Stanton et al. 2024; Chen, Stanton et al.,
-ICML 2025, App. A), bit-identical to pytorch-holo 0.0.5 and evaluated at tens of millions of
-sequences per second.
+ICML 2025, App. A), bit-identical to pytorch-holo 0.0.5 and evaluated in large jitted batches
+(throughput: docs/benchmarks.md).
 """
 
 from llome_jax.ehrlich.config import EhrlichConfig

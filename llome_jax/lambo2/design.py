@@ -1,11 +1,12 @@
 """LaMBO-2's design step: seed selection, acquisition, saliency, guided latent optimisation.
 
-Spec: ``../shared/spec/lambo2.md`` §7-§9 (cortex v0.0.4 ``LaMBO.step`` by default; v0.0.3 as an
-option). One round runs ``S`` design steps on the whole population of ``n`` sequences as one batch under
-``jit``: either one ``lax.scan`` over the steps (``use_scan=True``, for accelerators) or a Python
-loop over one jitted step (default; XLA:CPU executes convolutions inside ``while`` loops ~25x slower
-than straight-line code, measured on this machine). The ``K_g`` guidance updates are unrolled.
-Per step ``s`` (§9):
+Follows cortex v0.0.4 ``LaMBO.step`` by default (v0.0.3 as an option) and poli-baselines' seed
+selection; design notes in ``docs/design/lambo2.md``. One round runs ``S`` design steps on the whole
+population of ``n`` sequences as one batch under ``jit``: either one ``lax.scan`` over the steps
+(``use_scan=True``, for accelerators) or a Python loop over one jitted step (default; XLA:CPU
+executes convolutions inside ``while`` loops far slower than straight-line code,
+``docs/design/lambo2.md`` decision 2). The ``K_g`` guidance updates are unrolled. Per step ``s``
+(cortex ``LaMBO.step``):
 
 1. score the population ``A = a(X)`` (carried; ``-inf`` at ``s = 0`` with
    ``exclude_initial_solution``);
@@ -18,15 +19,16 @@ Per step ``s`` (§9):
 
 Decode-and-accept samples tokens (utility tokens excluded) at ``C`` from the generative head,
 re-scores the discrete proposal with a clean forward and accepts per sequence iff the acquisition
-does not decrease. The acquisition (§7) is the ensemble mean of ``log fatplus_tau(mu_e(x) -
-best_e)`` with ``best_e = max_j mu_e(seed_j)``.
+does not decrease. The acquisition (cortex's GraphNEI, one objective) is the ensemble mean of ``log
+fatplus_tau(mu_e(x) - best_e)`` with ``best_e = max_j mu_e(seed_j)``.
 
-KL term (``DesignConfig.kl_weight = lambda``, default 0 = the paper; §9.4): the guidance loss adds
-``lambda KL`` where ``KL = mean_{(i, p in C)} KL(softmax(logits(h)) || q0)`` and ``q0`` is the
-generative head's viable-token distribution at ``h0`` (clamped to >= 1e-6, renormalised), and the
-acceptance score becomes ``(1 - lambda) a(x) + lambda PLL(x)`` with the MLM pseudo-log-likelihood
-``PLL(x) = mean_{real p} log p(x_p | x with p masked)`` (``L`` extra encoder passes per scored
-batch). With ``lambda = 0`` none of this is traced: the compiled step is the one without the term.
+KL term (``DesignConfig.kl_weight = lambda``, default 0 = the paper; cortex's ``kl_weight``): the
+guidance loss adds ``lambda KL`` where ``KL = mean_{(i, p in C)} KL(softmax(logits(h)) || q0)`` and
+``q0`` is the generative head's viable-token distribution at ``h0`` (clamped to >= 1e-6,
+renormalised), and the acceptance score becomes ``(1 - lambda) a(x) + lambda PLL(x)`` with the MLM
+pseudo-log-likelihood ``PLL(x) = mean_{real p} log p(x_p | x with p masked)`` (``L`` extra encoder
+passes per scored batch). With ``lambda = 0`` none of this is traced: the compiled step is the one
+without the term.
 
 Data parallelism: pass ``mesh``; the population is placed with ``NamedSharding(mesh, P("data"))``
 and the model replicated. Nothing in a design step reduces over sequences except the guidance
@@ -79,7 +81,7 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class DesignConfig:
-    """Static design settings (defaults = the spec's recommended port defaults, §10.4).
+    """Static design settings (defaults = the port's recommended defaults, docs/design/lambo2.md).
 
     Attributes:
       num_steps: design steps ``S`` per round (paper 32).
@@ -95,9 +97,9 @@ class DesignConfig:
       tau: fat-plus temperature (1e-6).
       use_constraints: multiply each member's mean by its feasibility probability (off in the
         paper's configuration).
-      kl_weight: ``lambda`` in ``[0, 1)`` (spec §9.4; 0 in the paper and bbo-bench). The guidance
-        loss is ``lambda KL - (1 - lambda) mean_i a(h_i)`` and sequences are accepted on
-        ``(1 - lambda) a(x) + lambda PLL(x)``; 0 switches both off (the compiled step is then
+      kl_weight: ``lambda`` in ``[0, 1)`` (cortex's ``kl_weight``; 0 in the paper and bbo-bench).
+        The guidance loss is ``lambda KL - (1 - lambda) mean_i a(h_i)`` and sequences are accepted
+        on ``(1 - lambda) a(x) + lambda PLL(x)``; 0 switches both off (the compiled step is then
         exactly the one without the term).
     """
 
@@ -139,7 +141,7 @@ class DesignConfig:
         kl = self.kl_weight
         if isinstance(kl, bool) or not isinstance(kl, (int, float)) or not 0.0 <= kl < 1.0:
             raise ValueError(
-                f"DesignConfig.kl_weight must be a number in [0, 1) (lambda of spec §9.4; 1 would "
+                f"DesignConfig.kl_weight must be a number in [0, 1) (the KL weight lambda; 1 would "
                 f"drop the acquisition entirely), got {kl!r}."
             )
 
@@ -177,7 +179,7 @@ class DesignTrace:
 
 
 # ---------------------------------------------------------------------------------------------
-# Acquisition (spec §7)
+# Acquisition (cortex GraphNEI with one objective: log-improvement per member)
 # ---------------------------------------------------------------------------------------------
 def log_fatplus(z: jax.Array, tau: float = 1e-6) -> jax.Array:
     """``log(tau (softplus(z / tau) + 0.1 / (1 + (z / tau)^2)))``: finite, smooth, increasing.
@@ -243,7 +245,7 @@ def acquisition(mu: jax.Array, best: jax.Array, tau: float = 1e-6) -> jax.Array:
 
 
 # ---------------------------------------------------------------------------------------------
-# KL term and pseudo-log-likelihood (spec §9.4, lambda > 0 only)
+# KL term and pseudo-log-likelihood (cortex ``LaMBO.step``, lambda > 0 only)
 # ---------------------------------------------------------------------------------------------
 def _viable_logits(config: ModelConfig, logits: jax.Array) -> jax.Array:
     """Logits with the non-viable (utility) tokens set to ``-inf``."""
@@ -251,7 +253,7 @@ def _viable_logits(config: ModelConfig, logits: jax.Array) -> jax.Array:
 
 
 def reference_distribution(config: ModelConfig, params: Params, h0: jax.Array) -> jax.Array:
-    """``q0 = normalise(max(softmax(logits(h0) | viable), 1e-6))``: f32 ``[n, N, V]`` (spec §9.4).
+    """``q0 = normalise(max(softmax(logits(h0) | viable), 1e-6))``: f32 ``[n, N, V]`` (cortex).
 
     The generative head's distribution at the unguided features ``h0`` with non-viable tokens
     at ``-inf``, clamped to ``>= 1e-6`` (so utility tokens get ``1e-6``) and renormalised, as
@@ -267,10 +269,10 @@ def mean_kl_to_reference(
 ) -> jax.Array:
     """``KL = mean_{(i, p): p in C_i} sum_t p_t (log p_t - log q0_t)``, ``p = softmax(logits(h))``.
 
-    Spec §9.4: the guided logits are *not* masked for non-viable tokens, so at ``h = h0`` the value
-    is not exactly 0 (mass on utility tokens and the 1e-6 clamp). The mean runs over every masked
-    position of the whole population (cortex's ``masked_select(...).mean()``); 0 when ``C`` is
-    empty everywhere (cortex would give NaN). ``h`` ``[n, N, d_o]``, ``q0`` ``[n, N, V]``,
+    As in cortex, the guided logits are *not* masked for non-viable tokens, so at ``h = h0`` the
+    value is not exactly 0 (mass on utility tokens and the 1e-6 clamp). The mean runs over every
+    masked position of the whole population (cortex's ``masked_select(...).mean()``); 0 when ``C``
+    is empty everywhere (cortex would give NaN). ``h`` ``[n, N, d_o]``, ``q0`` ``[n, N, V]``,
     ``chosen`` bool ``[n, N]`` -> f32 scalar.
     """
     logp = jax.nn.log_softmax(gen_apply(config, params["gen"], h), axis=-1)
@@ -283,7 +285,7 @@ def pseudo_log_likelihood(config: ModelConfig, params: Params, tokens: jax.Array
     """MLM pseudo-log-likelihood ``PLL(x) = mean_{p real} log softmax(logits(x^(p)))_{p, x_p}``.
 
     ``x^(p)`` is ``x`` with position ``p`` replaced by ``<mask>``; the log-softmax is over the full
-    vocabulary (cortex ``mlm_pseudo_log_likelihood``; spec §9.4). Real positions are the alphabet
+    vocabulary (cortex ``mlm_pseudo_log_likelihood``). Real positions are the alphabet
     tokens (``< num_states``; pads and other utility tokens are excluded). Cost: one encoder pass
     over ``N n`` sequences (all ``N`` single-position maskings at once, so ``N`` times the
     activation memory of a plain forward); the generative head, which is per-position, only runs
@@ -303,7 +305,7 @@ def pseudo_log_likelihood(config: ModelConfig, params: Params, tokens: jax.Array
 
 
 # ---------------------------------------------------------------------------------------------
-# Seed selection (spec §8)
+# Seed selection (poli-baselines' FFT expansion factor alpha)
 # ---------------------------------------------------------------------------------------------
 def farthest_first_traversal(sequences: Any, scores: Any, num: int) -> np.ndarray:
     """Greedy max-min Hamming selection of ``num`` row indices.
@@ -336,7 +338,7 @@ def farthest_first_traversal(sequences: Any, scores: Any, num: int) -> np.ndarra
 
 
 def select_seeds(sequences: Any, values: Any, rounds: Any, num: int, alpha: float) -> np.ndarray:
-    """Indices of the ``num`` seed sequences of a round (spec §8; duplicates allowed).
+    """Indices of the ``num`` seed sequences of a round (poli-baselines; duplicates allowed).
 
     Rows are ranked by observed value (infeasible last; ties: most recent round first, then lower
     index); ``K = min(N, round(alpha num))`` top rows are kept. ``alpha <= 1``: the top ``K`` are
@@ -360,7 +362,7 @@ def select_seeds(sequences: Any, values: Any, rounds: Any, num: int, alpha: floa
 
 
 # ---------------------------------------------------------------------------------------------
-# The design round (spec §9)
+# The design round (cortex ``LaMBO.step`` on the whole population)
 # ---------------------------------------------------------------------------------------------
 def guidance_optimizer(config: DesignConfig) -> optax.GradientTransformation:
     """Adam on the perturbation: ``lr = eta``, version-dependent betas, eps 1e-8."""
@@ -380,7 +382,7 @@ def guidance_update(
     delta: jax.Array,
     opt_state: Any,
 ) -> tuple[jax.Array, Any]:
-    """One Adam step on ``delta`` for the guidance loss of spec §9.4 with ``h = h0 + delta 1[C]``:
+    """One Adam step on ``delta`` for cortex's guidance loss with ``h = h0 + delta 1[C]``:
 
     ``loss = lambda KL(h) - (1 - lambda) mean_i a(h_i)`` (:func:`mean_kl_to_reference` against
     ``q0 = reference_distribution(h0)``, fixed); with ``lambda = 0`` exactly
@@ -410,10 +412,10 @@ def guidance_update(
 
 
 def _design_step_fn(mc: ModelConfig, dc: DesignConfig, params, stats, best):
-    """``(step, acq_tokens, blend_score)`` of a design round (spec §9).
+    """``(step, acq_tokens, blend_score)`` of a design round (cortex ``LaMBO.step``).
 
     The carry is ``(x, a_cur, key)``; with ``kl_weight > 0`` it is ``(x, a_cur, key, score_cur)``
-    where ``score_cur = (1 - lambda) a_cur + lambda PLL(x)`` is the acceptance score (§9.4).
+    where ``score_cur = (1 - lambda) a_cur + lambda PLL(x)`` is the acceptance score (cortex).
     """
     v = mc.num_states
     encoder = encoder_module(mc, params["encoder"])
@@ -557,7 +559,7 @@ def design_round(
     mesh: Mesh | None = None,
     use_scan: bool = False,
 ) -> tuple[jax.Array, jax.Array, DesignTrace]:
-    """Run ``S`` design steps on the seed population (spec §9).
+    """Run ``S`` design steps (cortex ``LaMBO.step``) on the seed population.
 
     Args:
       key: PRNG key of the round.
@@ -568,7 +570,7 @@ def design_round(
       mesh: optional 1-D data mesh; ``n`` must be divisible by its size.
       use_scan: run the ``S`` steps as one jitted ``lax.scan`` (accelerators) instead of a
         Python loop over one jitted step (default: XLA:CPU runs convolutions inside ``while``
-        loops ~25x slower). Both give identical results.
+        loops far slower, ``docs/design/lambo2.md`` decision 2). Both give identical results.
 
     Returns:
       ``(proposals int32 [n, L], acquisition f32 [n], DesignTrace)``.

@@ -1,8 +1,9 @@
 """LaMBO-2's CNN: shared encoder, generative (MLM) head, ensembles of regressors and classifiers.
 
-Spec: ``../shared/spec/lambo2.md`` §2-§3 (cortex v0.0.4 ``Conv1dRoot`` / ``Conv1dBranch`` /
-``RegressorLeaf`` / ``ClassifierLeaf`` / ``DenoisingLanguageModelLeaf``). Layout is channels-last
-``[B, N, C]`` throughout (the reference is channels-first; the maths is the same).
+Ports cortex v0.0.4's ``Conv1dRoot`` / ``Conv1dBranch`` / ``RegressorLeaf`` / ``ClassifierLeaf`` /
+``DenoisingLanguageModelLeaf`` (paper App. "LaMBO-2 Model and Training Details"; departures in
+``docs/design/lambo2.md``). Layout is channels-last ``[B, N, C]`` throughout (the reference is
+channels-first; the maths is the same).
 
 Forward (``B`` batch, ``N`` positions, ``m`` the real-position mask)::
 
@@ -57,7 +58,7 @@ Params = dict[str, Any]
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Static model shape (spec §3). Defaults = the paper text (128/128/128, k 5).
+    """Static model shape (cortex v0.0.4's CNN). Defaults = the paper text (128/128/128, k 5).
 
     Attributes:
       num_states: Ehrlich alphabet size ``v`` (``V = v + 7`` tokens).
@@ -68,8 +69,9 @@ class ModelConfig:
       head_dim: branch width of every discriminative member (8).
       gen_dim: rank of the generative head (32; identity projection when ``d_o == gen_dim``).
       ensemble_size: members per discriminative head (8).
-      max_len: padded length ``N >= L`` (``None``: no padding, the port's default, spec §3.9);
-        the sinusoid table has ``N + 1`` rows either way.
+      max_len: padded length ``N >= L`` (``None``: no padding, the port's default; cortex pads
+        to 256, see ``docs/design/lambo2.md`` decision 3); the sinusoid table has ``N + 1`` rows
+        either way.
     """
 
     num_states: int
@@ -125,7 +127,7 @@ class ModelConfig:
     # presets -------------------------------------------------------------------------------
     @classmethod
     def preset(cls, name: str, num_states: int, length: int, **overrides: Any) -> ModelConfig:
-        """Named sizes (spec §3.7): ``paper`` (128/128/128, k 5: 447,271 trainable for v 32),
+        """Named sizes: ``paper`` (128/128/128, k 5: 447,271 trainable for v 32),
         ``paper_314k`` (k 3: 281,383 + 257x128 table = 314,279 with ``max_len`` 256),
         ``bbo_bench`` (32/128/32, k 5), ``cpu`` (32/32/32, k 5; docs/design/lambo2.md says why),
         ``tiny`` (8/8/8, k 3, 2 members)."""
@@ -150,7 +152,7 @@ class ModelConfig:
 
 
 # ---------------------------------------------------------------------------------------------
-# Layers (PyTorch default initialisation, spec §3.6)
+# Layers (PyTorch default initialisation, as cortex gets it)
 # ---------------------------------------------------------------------------------------------
 def _uniform(rngs: nnx.Rngs, shape: tuple[int, ...], fan_in: int) -> nnx.Param:
     bound = 1.0 / math.sqrt(fan_in)
@@ -193,7 +195,7 @@ class Conv(nnx.Module):
 
 
 class Block(nnx.Module):
-    """Pre-norm residual block ``c_in -> c_out`` (spec §3.2)."""
+    """Pre-norm residual block ``c_in -> c_out`` (cortex v0.0.4's residual conv block)."""
 
     def __init__(self, c_in: int, c_out: int, k: int, *, rngs: nnx.Rngs) -> None:
         self.norm1 = ChannelNorm(c_in)
@@ -343,8 +345,8 @@ def graphdefs(config: ModelConfig) -> GraphDefs:
 def init_params(key: jax.Array, config: ModelConfig) -> Params:
     """Fresh parameters ``{"encoder", "gen", "reg", "cls"}`` (pure dicts; ensembles stacked ``[E, ...]``).
 
-    Every member gets its own PRNG stream (spec §3.6: diversity comes only from init and minibatch
-    order). Deterministic per ``key``.
+    Every member gets its own PRNG stream (as in cortex, diversity comes only from init and
+    minibatch order; there is no bootstrap). Deterministic per ``key``.
     """
     model = Lambo2Model(config, rngs=nnx.Rngs(params=key))
     return nnx.to_pure_dict(nnx.state(model, nnx.Param))
@@ -385,8 +387,8 @@ def ensemble_apply(
     ``unroll=False`` vmaps one member over that axis (batched convolutions); ``unroll=True``
     applies the members one after another inside the same traced program. ``None`` (default)
     unrolls on the CPU backend only: XLA:CPU runs the vmapped (grouped) convolutions of the
-    8-channel branches ~2.4x slower (fwd+bwd of 8 regressors at batch 2000: 784 vs 326 ms CPU),
-    and the design step is dominated by them. Both give the same values to float32 rounding.
+    8-channel branches markedly slower, and the design step is dominated by them (measurements
+    in ``docs/design/lambo2.md`` decision 2). Both give the same values to float32 rounding.
     """
     if unroll is None:
         unroll = jax.default_backend() == "cpu"
@@ -398,7 +400,7 @@ def ensemble_apply(
 
 
 def gaussian_from_natural(out: jax.Array, *, floor: bool = True) -> tuple[jax.Array, jax.Array]:
-    """Regressor outputs ``(eta1, u)`` -> ``(loc, var)`` in standardised units (spec §3.5).
+    """Regressor outputs ``(eta1, u)`` -> standardised ``(loc, var)`` (cortex ``RegressorLeaf``).
 
     ``eta2 = -2 log(1 + exp(u / 2))`` (softplus with beta 0.5), ``var = -1 / (2 eta2)`` floored at
     1e-4 when ``floor``, ``loc = eta1 * var``.
@@ -417,5 +419,5 @@ def num_parameters(params: Params) -> int:
 
 
 def pe_table_size(config: ModelConfig) -> int:
-    """Size of the reference's frozen sinusoid table, ``(N + 1) * d_e`` (spec §3.7)."""
+    """Size of cortex's frozen sinusoid table, ``(N + 1) * d_e`` (the paper's "314K" count)."""
     return (config.padded_length + 1) * config.embed_dim

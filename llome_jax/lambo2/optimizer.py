@@ -1,4 +1,4 @@
-"""LaMBO-2 rounds and the resumable driver (spec ``../shared/spec/lambo2.md`` §1).
+"""LaMBO-2 rounds and the resumable driver (poli-baselines' ``LaMBO2`` loop; docs/design/lambo2.md).
 
 Run (``n`` sequences per round, ``R`` rounds)::
 
@@ -197,7 +197,7 @@ def lambo2_round(
     *,
     mesh: Any = None,
 ) -> tuple[History, dict[str, Any]]:
-    """Round ``round_index``: retrain from ``θ0``, choose seeds, design, label (spec §1 step 2).
+    """Round ``round_index``: retrain from ``θ0``, choose seeds, design, label (poli-baselines).
 
     Returns ``(new history, metrics)``; ``metrics`` holds the proposals (``"x"``, ``"y"``) and
     the round's statistics (timings by phase, last-epoch losses, acquisition, acceptance).

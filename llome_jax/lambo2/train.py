@@ -1,25 +1,27 @@
 """Training LaMBO-2's model: absorbing-mask corruption, three losses, one Adam step per leaf.
 
-Spec: ``../shared/spec/lambo2.md`` §4-§6 (cortex v0.0.4 semantics).
+cortex v0.0.4 semantics (paper App. "LaMBO-2 Model and Training Details"; departures in
+``docs/design/lambo2.md``).
 
-* **Corruption** (§4): cosine schedule with ``T = 1000`` steps, mask rate ``rho(t) = sqrt(abar_t)``;
-  one ``t ~ U{1..T}`` per minibatch (per leaf update); each alphabet position is replaced by
-  ``<mask>`` with probability ``rho``.
-* **Losses** (§5.2): MLM cross-entropy over masked positions only; classifier cross-entropy with
+* **Corruption** (cortex ``MaskCorruptionProcess``): cosine schedule with ``T = 1000`` steps, mask
+  rate ``rho(t) = sqrt(abar_t)``; one ``t ~ U{1..T}`` per minibatch (per leaf update); each alphabet
+  position is replaced by ``<mask>`` with probability ``rho``.
+* **Losses**: MLM cross-entropy over masked positions only; classifier cross-entropy with
   label smoothing ``eps = rho``; regressor KL between the moment-matched smoothed label
   ``N((1-rho) y, rho + (1-rho) s0^2 + rho (1-rho) y^2)`` and the predicted Gaussian.
-* **Update scheme** (§5.3): one training step visits the ``2 E_ens + 1`` leaves in the fixed order
-  classifier members, regressor members, MLM; each leaf draws its own minibatch, back-propagates its
-  own loss through the encoder and its head, and takes one Adam step. Adam states are kept **per
-  group**: the encoder's state advances ``2 E_ens + 1`` times per training step, each member's
-  (and the generative head's) once, and idle heads' parameters and moments are untouched (a
-  zero-gradient update would decay their moments and keep moving them).
-* **Schedule** (§5.3): the learning rate is set once per epoch, ``lr * lambda(j + 1)`` for epoch
-  ``j`` with a 2-epoch linear warm-up and cosine decay to 0 at the last epoch.
-* **Data** (§5.1, §6): classifier on all rows (groups = label x recency partition), regressor on
-  feasible rows (groups = recency partition), MLM on unique feasible rows; a fixed-seed
-  ``train_fraction`` subset of each table; round-robin rebalancing sampler; an epoch has
-  ``ceil(#MLM rows / batch)`` steps.
+* **Update scheme** (cortex's manual optimisation): one training step visits the ``2 E_ens + 1``
+  leaves in the fixed order classifier members, regressor members, MLM; each leaf draws its own
+  minibatch, back-propagates its own loss through the encoder and its head, and takes one Adam step.
+  Adam states are kept **per group**: the encoder's state advances ``2 E_ens + 1`` times per
+  training step, each member's (and the generative head's) once, and idle heads' parameters and
+  moments are untouched (a zero-gradient update would decay their moments and keep moving them).
+* **Schedule** (transformers' cosine-with-warm-up, stepped per epoch): the learning rate is set once
+  per epoch, ``lr * lambda(j + 1)`` for epoch ``j`` with a 2-epoch linear warm-up and cosine decay
+  to 0 at the last epoch.
+* **Data** (poli-baselines' tables, cortex's sampler): classifier on all rows (groups = label x
+  recency partition), regressor on feasible rows (groups = recency partition), MLM on unique
+  feasible rows; a fixed-seed ``train_fraction`` subset of each table; round-robin rebalancing
+  sampler; an epoch has ``ceil(#MLM rows / batch)`` steps.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """Static training settings (spec §5; defaults = recommended port defaults, §10.4).
+    """Static training settings (defaults = the port's recommended defaults, docs/design/lambo2.md).
 
     Attributes:
       epochs: ``E`` epochs per fit (paper 100; bbo-bench 16); the same for the initial fit and
@@ -110,7 +112,7 @@ class TrainConfig:
 # ---------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=8)
 def mask_rates(num_timesteps: int = 1000) -> np.ndarray:
-    """``rho(t) = sqrt(abar_t)`` for ``t = 0..T`` (float64 ``[T + 1]``; spec §4).
+    """``rho(t) = sqrt(abar_t)`` for ``t = 0..T`` (float64 ``[T + 1]``; cortex's cosine schedule).
 
     ``abar(u) = cos^2((u + 0.008) / 1.008 * pi / 2)``, ``beta_i = min(1 - abar((i+1)/T) / abar(i/T),
     0.999)``, ``abar_t = prod_{i<t} (1 - beta_i)``.
@@ -125,7 +127,7 @@ def mask_rates(num_timesteps: int = 1000) -> np.ndarray:
 
 
 def epoch_learning_rates(config: TrainConfig) -> np.ndarray:
-    """Learning rate of each epoch ``j``: ``lr * lambda(j + 1)`` (float64 ``[E]``; spec §5.3).
+    """Learning rate of each epoch ``j``: ``lr * lambda(j + 1)`` (float64 ``[E]``).
 
     ``lambda(s) = s / w`` for ``s < w`` (``w`` warm-up epochs), else
     ``max(0, (1 + cos(pi (s - w) / max(1, E - w))) / 2)`` (transformers' cosine-with-warm-up,
@@ -140,7 +142,7 @@ def epoch_learning_rates(config: TrainConfig) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# Recency partitions and the rebalancing sampler (spec §6)
+# Recency partitions and the rebalancing sampler (cortex's round-robin sampler)
 # ---------------------------------------------------------------------------------------------
 def recency_partition(rounds: Any, newest: int | None = None) -> np.ndarray:
     """Geometric recency partition of each round index: ``floor(log2(T - i + 1))``.
@@ -222,7 +224,7 @@ def regression_loss(
     nominal_label_var: float = 0.01,
     valid: jax.Array | None = None,
 ) -> jax.Array:
-    """Moment-matched KL ``KL(N(m*, v*) || N(loc, v))``, mean over valid rows (spec §5.2).
+    """Moment-matched KL ``KL(N(m*, v*) || N(loc, v))``, mean over valid rows (cortex).
 
     ``m* = (1 - rho) y``, ``v* = rho + (1 - rho) s0^2 + rho (1 - rho) y^2`` for standardised
     targets ``y``; ``(loc, v)`` from the natural parameters without the 1e-4 floor.
@@ -319,8 +321,8 @@ def _member_sweep(model_config, train_config, loss_fn, enc_p, enc_s, ens_p, ens_
 
     ``xs = (members, keys, tokens, targets, valid)`` with ``members`` a sequence of Python ints and
     the other entries stacked in the same order. The loop is unrolled on purpose: XLA:CPU runs
-    convolutions inside a ``while`` loop (``lax.scan``) ~25x slower than straight-line code
-    (measured, see BUILD section), and the member count is small and static.
+    convolutions inside a ``while`` loop (``lax.scan``) far slower than straight-line code
+    (``docs/design/lambo2.md`` decision 2), and the member count is small and static.
     """
     adam = _adam(train_config)
     members, keys, all_tokens, all_targets, all_valid = xs
@@ -421,7 +423,7 @@ def train_step(
 # ---------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class TrainingData:
-    """Host-side tables of one fit (spec §5.1), already restricted to the train split.
+    """Host-side tables of one fit (poli-baselines' per-task data), restricted to the train split.
 
     Attributes:
       cls_tokens / cls_labels / cls_groups: every history row (duplicates kept), label
@@ -569,7 +571,7 @@ def fit(
     *,
     progress: Callable[[int, np.ndarray], None] | None = None,
 ) -> tuple[Params, np.ndarray]:
-    """Train ``params`` for ``E`` epochs with a fresh optimiser (spec §5.3).
+    """Train ``params`` for ``E`` epochs with a fresh optimiser (cortex's per-leaf updates).
 
     Args:
       key: PRNG key (samplers, corruption).

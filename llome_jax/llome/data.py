@@ -1,9 +1,9 @@
 """LLOME training data: PropEn pairs (SFT / MargE), preference triples (DPO), train/val split.
 
 Paper: App. "Algorithms", Alg. DatasetFormatting and App. "Dataset Formatting" (adapted from
-PropEn, Tagasovska et al. 2024). Reference: ``synthetic_dataset_formatter.py``
-(spec/llome_reference.md Sec. 5). Values follow the library's convention: **higher is better** and
-infeasible sequences have ``f = -inf`` (NaN is read as infeasible too).
+PropEn, Tagasovska et al. 2024). Reference: the authors' ``synthetic_dataset_formatter.py``
+(differences in docs/design/llome_data.md). Values follow the library's convention: **higher is
+better** and infeasible sequences have ``f = -inf`` (NaN is read as infeasible too).
 
 Given labelled sequences ``S = {(x_i, f(x_i))}`` and the within-threshold nearest-neighbour lists
 ``N(i)`` (``k_n = 30`` slots including ``x_i`` itself, fractional Hamming ``d <= Delta_x = 0.25``;
@@ -68,7 +68,7 @@ class PropEnConfig:
       max_distance: ``Delta_x``, inclusive threshold on the fractional Hamming distance.
       max_infeasible_fraction: cap on the share of examples with an infeasible input, applied as
         ``round(F * p / (1 - p))``; ``None`` keeps them all (the reference's triples, whose cap is
-        a no-op, Sec. 13 item 3).
+        a no-op: docs/design/llome_data.md, row 7).
       symmetric: pairs only. ``False`` (paper): the target is one of the input's neighbours.
         ``True`` (reference): either one is among the other's neighbours.
     """
@@ -306,7 +306,8 @@ def _permutation(key: jax.Array, n: int) -> np.ndarray:
     """A uniform random permutation of ``range(n)``: int64 ``[n]``.
 
     Sorts random 64-bit keys with numpy: the same distribution as ``jax.random.permutation`` but
-    far faster on CPU for millions of elements (XLA:CPU's multi-round sort took ~9 s for 4M).
+    far faster on CPU for millions of elements (XLA:CPU's multi-round sort; timings in
+    docs/design/llome_data.md).
     """
     if n == 0:
         return np.zeros((0,), np.int64)
@@ -509,7 +510,7 @@ def train_val_split(
     train_fraction: float = 0.95,
     max_val_examples: int | None = 100,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Random train/validation split of ``num_examples`` rows (spec Sec. 5.5).
+    """Random train/validation split of ``num_examples`` rows (the authors' split).
 
     As the reference (``datasets.train_test_split(train_size=0.95, shuffle=True)`` then the eval
     set truncated to ``max_eval_size=100``): ``n_train = floor(train_fraction * n)``, the other

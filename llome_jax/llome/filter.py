@@ -14,11 +14,12 @@ candidate that is already labelled (GA data, an earlier round, a seed) is never 
 pass the archive as ``exclude``. The authors' code could relabel earlier rounds' sequences
 (``exclude=None``).
 
-The paper gives no value for ``p_min``; the authors' code (spec Sec. 5.1) ranks by likelihood only
-to a cut at the 0.6 quantile, so both variants here express ``p_min`` as that quantile of the
-candidates' likelihoods by default. The **reference** variant (``FilterConfig.reference()``) is the
-code: deduplicate (keep first), and *only if more than ``j`` rows remain* keep those with
-``likelihood >= quantile_0.6``, then a uniform sample of ``min(j, n)``; no infeasible cap.
+The paper gives no value for ``p_min``; the authors' code (its selection of the j labelled
+sequences) ranks by likelihood only to a cut at the 0.6 quantile, so both variants here express
+``p_min`` as that quantile of the candidates' likelihoods by default. The **reference** variant
+(``FilterConfig.reference()``) is the code: deduplicate (keep first), and *only if more than ``j``
+rows remain* keep those with ``likelihood >= quantile_0.6``, then a uniform sample of ``min(j, n)``;
+no infeasible cap.
 
 ``likelihood`` is ``exp(mean per-token log-prob)`` of the generated target (the reference's
 ``exp(loglikelihood)``); the caller passes the mean per-token log-prob. Rows with a NaN likelihood

@@ -1,4 +1,4 @@
-"""Per-round metrics specific to LLOME's generations (spec Sec. 11.3).
+"""Per-round metrics specific to LLOME's generations (``rounds.jsonl``, docs/design/llome_loop.md).
 
 Generic optimisation metrics (min/mean regret, feasible share of the labelled set) live with the
 run directory; these describe the *proposals* of iterative refinement relative to their prompts:
@@ -49,8 +49,9 @@ def hamming_distance(inputs: Any, outputs: Any) -> np.ndarray:
 def mean_hamming_distance(inputs: Any, outputs: Any) -> float:
     """Mean fractional Hamming distance of each output to its own input (``[n, L]`` each).
 
-    The reference's ``hd`` (spec Sec. 7.4): every valid generated sequence vs. its prompt, before
-    deduplication; it drives :func:`~llome_jax.llome.schedule.temperature_offset`.
+    The authors' code's ``hd`` (its ``get_temperatures`` input): every valid generated sequence vs.
+    its prompt, before deduplication; it drives
+    :func:`~llome_jax.llome.schedule.temperature_offset`.
     """
     d = hamming_distance(inputs, outputs)
     return float(np.mean(d, dtype=np.float64)) if d.size else float("nan")

@@ -18,9 +18,10 @@ temperature (``0`` = greedy), split into equal fixed-shape chunks of at most
 :class:`~llome_jax.lm.tokenizer.SequenceCodec`; invalid outputs are counted, never kept, never
 chosen as the next input (a trajectory keeps its prompt when nothing valid came out).
 
-Likelihoods (reference §7.5): ``log_likelihood`` is the mean over the kept tokens (up to and
-including ``]``) of the log-softmax of the *processed* logits (temperature, top-k; raw for greedy
-rows), ``log_likelihood_raw`` the same with the raw logits (``pi_theta`` at ``T = 1``).
+Likelihoods (as the authors' code computes them): ``log_likelihood`` is the mean over the kept
+tokens (up to and including ``]``) of the log-softmax of the *processed* logits (temperature, top-k;
+raw for greedy rows), ``log_likelihood_raw`` the same with the raw logits (``pi_theta`` at
+``T = 1``).
 
 Paper vs authors' code (docs/design/refinement.md):
 

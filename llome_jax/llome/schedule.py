@@ -3,8 +3,8 @@
 Paper, App. "Iterative Refinement": the default grid is ``T = [0.6, 0.8, 1.0, 1.2, 1.4, 1.6]``;
 "if the average Hamming distance of generations from the last LLOME round was < 0.075, then we
 instead use T + 0.6. For average Hamming distance between 0.075 and 0.1, we use T + 0.4. For
-averages between 0.1 and 0.1 [sic], we use T + 0.2". The authors' ``get_temperatures`` (spec
-Sec. 7.4) fixes the typo: the third threshold is 0.15, every comparison is strict (``hd < t``),
+averages between 0.1 and 0.1 [sic], we use T + 0.2". The authors' code (``get_temperatures``)
+fixes the typo: the third threshold is 0.15, every comparison is strict (``hd < t``),
 and ``hd`` is the mean fractional Hamming distance of every valid generated sequence to its input,
 over all decoding jobs of the previous round, before deduplication.
 

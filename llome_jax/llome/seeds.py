@@ -7,7 +7,7 @@ Paper, App. "Algorithms", Alg. IterativeRefinement(pi_theta; S):
   sampling, ``x_{i+1} = argmax_{x' in X_i} pi_theta(x' | x_i)``: the highest-likelihood sample of
   *this* iteration.
 
-The authors' code (spec Sec. 7.2-7.3) differs on both:
+The authors' code (its iterative generation; docs/design/llome_data.md) differs on both:
 
 * seeds are the first 200 **rows of the round's training file** sorted by target value (the
   better member of each pair; DPO: the chosen one), duplicates allowed, so one sequence that is the

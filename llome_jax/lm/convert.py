@@ -7,7 +7,7 @@ Reading (no torch needed for safetensors)::
     save_converted(model, "runs/pythia-2.8b")  # llome_pythia.json + params/ (orbax)
     model = load("runs/pythia-2.8b")           # faster: no transposes, no fp16 -> fp32 pass
 
-Accepted HF inputs (ecosystem.md §2):
+Accepted HF inputs (transformers' GPT-NeoX formats; docs/design/pythia.md):
 
 * ``config.json`` in either spelling: released Pythia (``rotary_pct``, ``rotary_emb_base``) or
   transformers 5 (``rope_parameters = {"rope_theta", "partial_rotary_factor", "rope_type"}``).

@@ -1,7 +1,7 @@
 """Pythia (GPT-NeoX) in Flax NNX, numerically equal to ``transformers.GPTNeoXForCausalLM``.
 
-Architecture (ecosystem.md §2; Biderman et al. 2023; LLOME paper §5 uses Pythia-2.8B). For each of
-the ``num_hidden_layers`` blocks, with hidden states ``x [B, T, H]``::
+Architecture (transformers' GPT-NeoX; Biderman et al. 2023; LLOME paper §5 uses Pythia-2.8B). For
+each of the ``num_hidden_layers`` blocks, with hidden states ``x [B, T, H]``::
 
     a = Attention(LN_1(x))                 # fused QKV, partial NeoX rotary, causal softmax in f32
     x = x + a + MLP(LN_2(x))               # parallel residual (use_parallel_residual=True)
@@ -9,7 +9,7 @@ the ``num_hidden_layers`` blocks, with hidden states ``x [B, T, H]``::
     MLP(h) = W_out gelu_erf(W_in h + b_in) + b_out
 
 then ``logits = LN_f(x) @ W_head`` (untied from the input embedding, no bias). Details that matter
-for exact parity (each one measured in ecosystem.md §2):
+for exact parity (each one tested against transformers, docs/design/pythia.md):
 
 * LayerNorm with ``eps = layer_norm_eps`` (1e-5) and the exact two-pass variance
   (``use_fast_variance=False``; Flax's defaults are eps 1e-6 and ``E[x^2] - E[x]^2``).

@@ -1,6 +1,7 @@
 """Batched KV-cache decoding under ``jit``: greedy, temperature and top-k sampling.
 
-Semantics follow HF ``generate`` as the LLOME reference used it (llome_reference.md §7):
+Semantics follow Hugging Face ``generate`` as the authors' code used it for iterative refinement
+(docs/design/refinement.md):
 
 * Prompts are **left-padded** with a 0/1 mask; rotary positions are ``cumsum(mask) - 1`` for the
   prompt and continue from the number of real prompt tokens (HF's ``position_ids`` for

@@ -1,13 +1,14 @@
 """Tokenizers and the text format of LLOME: Ehrlich sequences <-> prompts/targets <-> token ids.
 
-Text format (paper App. "Algorithms", authors' code, llome_reference.md §5.6)::
+Text format (paper App. "Algorithms"; byte for byte the authors' code, docs/design/refinement.md)::
 
     prompt = "<inc> " + json.dumps(x) + "\\n"       e.g. "<inc> [3, 1, 5]\\n"
     target =            json.dumps(y)               e.g. "[3, 1, 6]"
 
 ``json.dumps``' default ``", "`` separators, no BOS/EOS (SFT/MargE; DPO may append EOS). The model
 is prompted with ``prompt`` and its output is read up to and including the first ``]`` *token*
-(§7.5), parsed as JSON and validated (a list of ``L`` integers in ``[0, v)``).
+(as the authors' code cuts it), parsed as JSON and validated (a list of ``L`` integers in
+``[0, v)``).
 
 Two tokenizers are supported, both as :class:`transformers.PreTrainedTokenizerFast`:
 
@@ -85,7 +86,7 @@ def _as_int_list(sequence: Any) -> list[int]:
 
 
 def format_target(sequence: Any) -> str:
-    """``json.dumps(list(sequence))``: ``"[3, 1, 5]"`` (reference §5.6).
+    """``json.dumps(list(sequence))``: ``"[3, 1, 5]"`` (the authors' target format).
 
     Example:
       >>> format_target([3, 1, 5])
@@ -95,7 +96,7 @@ def format_target(sequence: Any) -> str:
 
 
 def format_prompt(sequence: Any) -> str:
-    """``"<inc> " + json.dumps(list(sequence)) + "\\n"`` (reference §5.6).
+    """``"<inc> " + json.dumps(list(sequence)) + "\\n"`` (the authors' prompt format).
 
     Example:
       >>> format_prompt([3, 1, 5])
@@ -117,7 +118,7 @@ class ParsedSequence(NamedTuple):
 
 
 def parse_sequence(text: str, length: int, num_states: int) -> ParsedSequence:
-    """Parse generated text into an Ehrlich sequence, validating it (reference §7.5).
+    """Parse generated text into an Ehrlich sequence, validating it (the authors' rule).
 
     Valid iff ``json.loads(text)`` succeeds, gives a list, every element ``e`` is a number with
     ``int(e) == e`` (so ``3.0`` is accepted, as the reference; ``true`` is rejected, unlike the
@@ -509,7 +510,7 @@ class SequenceCodec:
         return pos[None, :] <= end[:, None]
 
     def decode(self, tokens: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Generated ids -> sequences and validity (reference §7.5).
+        """Generated ids -> sequences and validity (the authors' cut-and-validate rule).
 
         The output is cut after the first ``]`` token (:meth:`keep_mask`), decoded without
         skipping special tokens and validated by :func:`parse_sequence`. The Ehrlich tokenizer's
