@@ -50,6 +50,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "iters8": {"num_iterations": 8},
     "cold": {"temperatures": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)},
     "small": {"model": "small"},
+    # PropEn's Hamming threshold (paper: 0.25 = 8 of 32 positions): smaller edits in training
+    "delta4": {"max_distance": 0.125},
+    "delta2": {"max_distance": 0.0625},
     # fewer seeds, more samples each (same ~20K generations): labels concentrate on the best
     "seeds20": {"num_seeds": 20, "num_samples": 40},
     "cumulative_seeds20": {"training_data": "cumulative", "num_seeds": 20, "num_samples": 40},
