@@ -134,7 +134,23 @@ def summarise(out: pathlib.Path) -> list[dict[str, Any]]:
     text = "\n".join(lines) + "\n"
     (out / "tuning.md").write_text(text)
     print(text)
+    _plot(out)
     return rows
+
+
+def _plot(out: pathlib.Path) -> None:
+    """``tuning.png``: min regret vs oracle labels, one curve (median and range) per variant."""
+    from llome_jax.rundir import plot_regret_curves
+
+    curves: dict[str, list] = {}
+    for run_dir in sorted(out.glob("*/inst*_seed*")):
+        records = _records(run_dir)
+        if records:
+            x = [r["num_evaluations"] for r in records]
+            y = [r["min_regret"] for r in records]
+            curves.setdefault(run_dir.parent.name, []).append((x, y))
+    title = f"LLOME cpu preset levers on {FUNCTION} training instances"
+    plot_regret_curves(curves, out / "tuning.png", title=title, log_x=False)
 
 
 def main(argv: list[str] | None = None) -> int:
