@@ -53,6 +53,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # PropEn's Hamming threshold (paper: 0.25 = 8 of 32 positions): smaller edits in training
     "delta4": {"max_distance": 0.125},
     "delta2": {"max_distance": 0.0625},
+    # ... without the adaptive temperature offset, which raises T when edits are small
+    "delta4_fixedT": {"max_distance": 0.125, "adaptive_temperature": False},
+    "delta2_fixedT": {"max_distance": 0.0625, "adaptive_temperature": False},
     # fewer seeds, more samples each (same ~20K generations): labels concentrate on the best
     "seeds20": {"num_seeds": 20, "num_samples": 40},
     "cumulative_seeds20": {"training_data": "cumulative", "num_seeds": 20, "num_samples": 40},
