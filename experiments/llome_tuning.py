@@ -56,6 +56,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # ... without the adaptive temperature offset, which raises T when edits are small
     "delta4_fixedT": {"max_distance": 0.125, "adaptive_temperature": False},
     "delta2_fixedT": {"max_distance": 0.0625, "adaptive_temperature": False},
+    # low fixed temperatures (paper: 0.6-1.6 plus an offset of up to 0.6)
+    "cold_fixedT": {"temperatures": (0.2, 0.3, 0.4, 0.5, 0.6, 0.7), "adaptive_temperature": False},
+    "delta2_cold": {
+        "max_distance": 0.0625,
+        "temperatures": (0.2, 0.3, 0.4, 0.5, 0.6, 0.7),
+        "adaptive_temperature": False,
+    },
     # fewer seeds, more samples each (same ~20K generations): labels concentrate on the best
     "seeds20": {"num_seeds": 20, "num_samples": 40},
     "cumulative_seeds20": {"training_data": "cumulative", "num_seeds": 20, "num_samples": 40},
