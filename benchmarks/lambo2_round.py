@@ -8,7 +8,7 @@ i.e. the data of round 1. Phases (seconds; compilation measured separately on th
 * ``fit``: E epochs on the round-1 data (``ceil(0.8 U / 128)`` steps per epoch),
 * ``seeds``: seed selection + per-member incumbents,
 * ``design``: S design steps on the n-sequence population (``design_round``'s default: a Python
-  loop over one jitted design step; the ensemble members unrolled on CPU, docs/design/lambo2.md),
+  loop over one jitted design step; the ensemble members unrolled on CPU, docs/design/lambo2_port.md),
 * ``oracle``: Ehrlich labels of the n proposals,
 
 plus the extrapolated cost of a round-10 fit (history of ``10K/1K + 10 n`` sequences: steps per

@@ -1,4 +1,4 @@
-"""LaMBO-2 model and training against cortex v0.0.4's semantics (docs/design/lambo2.md)."""
+"""LaMBO-2 model and training against cortex v0.0.4's semantics (docs/design/lambo2_port.md)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def _forward(config, params, tokens):
 
 
 def test_outputs_are_invariant_to_the_padded_length():
-    """Padding (docs/design/lambo2.md decision 3): with padding, a sequence's pooled head outputs
+    """Padding (docs/design/lambo2_port.md decision 3): with padding, a sequence's pooled head outputs
     and its real positions' logits do not depend on how far it is padded, nor on the lengths of the
     other rows.
 

@@ -1,11 +1,11 @@
 """LaMBO-2's design step: seed selection, acquisition, saliency, guided latent optimisation.
 
 Follows cortex v0.0.4 ``LaMBO.step`` by default (v0.0.3 as an option) and poli-baselines' seed
-selection; design notes in ``docs/design/lambo2.md``. One round runs ``S`` design steps on the whole
+selection; design notes in ``docs/design/lambo2_port.md``. One round runs ``S`` design steps on the whole
 population of ``n`` sequences as one batch under ``jit``: either one ``lax.scan`` over the steps
 (``use_scan=True``, for accelerators) or a Python loop over one jitted step (default; XLA:CPU
 executes convolutions inside ``while`` loops far slower than straight-line code,
-``docs/design/lambo2.md`` decision 2). The ``K_g`` guidance updates are unrolled. Per step ``s``
+``docs/design/lambo2_port.md`` decision 2). The ``K_g`` guidance updates are unrolled. Per step ``s``
 (cortex ``LaMBO.step``):
 
 1. score the population ``A = a(X)`` (carried; ``-inf`` at ``s = 0`` with
@@ -81,7 +81,7 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class DesignConfig:
-    """Static design settings (defaults = the port's recommended defaults, docs/design/lambo2.md).
+    """Static design settings (defaults = the port's recommended defaults, docs/design/lambo2_port.md).
 
     Attributes:
       num_steps: design steps ``S`` per round (paper 32).
@@ -570,7 +570,7 @@ def design_round(
       mesh: optional 1-D data mesh; ``n`` must be divisible by its size.
       use_scan: run the ``S`` steps as one jitted ``lax.scan`` (accelerators) instead of a
         Python loop over one jitted step (default: XLA:CPU runs convolutions inside ``while``
-        loops far slower, ``docs/design/lambo2.md`` decision 2). Both give identical results.
+        loops far slower, ``docs/design/lambo2_port.md`` decision 2). Both give identical results.
 
     Returns:
       ``(proposals int32 [n, L], acquisition f32 [n], DesignTrace)``.

@@ -2,7 +2,7 @@
 
 Ports cortex v0.0.4's ``Conv1dRoot`` / ``Conv1dBranch`` / ``RegressorLeaf`` / ``ClassifierLeaf`` /
 ``DenoisingLanguageModelLeaf`` (paper App. "LaMBO-2 Model and Training Details"; departures in
-``docs/design/lambo2.md``). Layout is channels-last ``[B, N, C]`` throughout (the reference is
+``docs/design/lambo2_port.md``). Layout is channels-last ``[B, N, C]`` throughout (the reference is
 channels-first; the maths is the same).
 
 Forward (``B`` batch, ``N`` positions, ``m`` the real-position mask)::
@@ -70,7 +70,7 @@ class ModelConfig:
       gen_dim: rank of the generative head (32; identity projection when ``d_o == gen_dim``).
       ensemble_size: members per discriminative head (8).
       max_len: padded length ``N >= L`` (``None``: no padding, the port's default; cortex pads
-        to 256, see ``docs/design/lambo2.md`` decision 3); the sinusoid table has ``N + 1`` rows
+        to 256, see ``docs/design/lambo2_port.md`` decision 3); the sinusoid table has ``N + 1`` rows
         either way.
     """
 
@@ -129,7 +129,7 @@ class ModelConfig:
     def preset(cls, name: str, num_states: int, length: int, **overrides: Any) -> ModelConfig:
         """Named sizes: ``paper`` (128/128/128, k 5: 447,271 trainable for v 32),
         ``paper_314k`` (k 3: 281,383 + 257x128 table = 314,279 with ``max_len`` 256),
-        ``bbo_bench`` (32/128/32, k 5), ``cpu`` (32/32/32, k 5; docs/design/lambo2.md says why),
+        ``bbo_bench`` (32/128/32, k 5), ``cpu`` (32/32/32, k 5; docs/design/lambo2_port.md says why),
         ``tiny`` (8/8/8, k 3, 2 members)."""
         presets = {
             "paper": {},
@@ -388,7 +388,7 @@ def ensemble_apply(
     applies the members one after another inside the same traced program. ``None`` (default)
     unrolls on the CPU backend only: XLA:CPU runs the vmapped (grouped) convolutions of the
     8-channel branches markedly slower, and the design step is dominated by them (measurements
-    in ``docs/design/lambo2.md`` decision 2). Both give the same values to float32 rounding.
+    in ``docs/design/lambo2_port.md`` decision 2). Both give the same values to float32 rounding.
     """
     if unroll is None:
         unroll = jax.default_backend() == "cpu"

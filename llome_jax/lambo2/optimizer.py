@@ -1,4 +1,4 @@
-"""LaMBO-2 rounds and the resumable driver (poli-baselines' ``LaMBO2`` loop; docs/design/lambo2.md).
+"""LaMBO-2 rounds and the resumable driver (poli-baselines' ``LaMBO2`` loop; docs/design/lambo2_port.md).
 
 Run (``n`` sequences per round, ``R`` rounds)::
 

@@ -1,7 +1,7 @@
 """Training LaMBO-2's model: absorbing-mask corruption, three losses, one Adam step per leaf.
 
 cortex v0.0.4 semantics (paper App. "LaMBO-2 Model and Training Details"; departures in
-``docs/design/lambo2.md``).
+``docs/design/lambo2_port.md``).
 
 * **Corruption** (cortex ``MaskCorruptionProcess``): cosine schedule with ``T = 1000`` steps, mask
   rate ``rho(t) = sqrt(abar_t)``; one ``t ~ U{1..T}`` per minibatch (per leaf update); each alphabet
@@ -69,7 +69,7 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """Static training settings (defaults = the port's recommended defaults, docs/design/lambo2.md).
+    """Static training settings (defaults = the port's recommended defaults, docs/design/lambo2_port.md).
 
     Attributes:
       epochs: ``E`` epochs per fit (paper 100; bbo-bench 16); the same for the initial fit and
@@ -322,7 +322,7 @@ def _member_sweep(model_config, train_config, loss_fn, enc_p, enc_s, ens_p, ens_
     ``xs = (members, keys, tokens, targets, valid)`` with ``members`` a sequence of Python ints and
     the other entries stacked in the same order. The loop is unrolled on purpose: XLA:CPU runs
     convolutions inside a ``while`` loop (``lax.scan``) far slower than straight-line code
-    (``docs/design/lambo2.md`` decision 2), and the member count is small and static.
+    (``docs/design/lambo2_port.md`` decision 2), and the member count is small and static.
     """
     adam = _adam(train_config)
     members, keys, all_tokens, all_targets, all_valid = xs
