@@ -103,11 +103,8 @@ def paper_config() -> loop.LoopConfig:
     ("what", "read", "expected", "where"), PAPER_TABLE, ids=[row[0] for row in PAPER_TABLE]
 )
 def test_paper_preset_matches_the_appendix(paper_config, what, read, expected, where):
-    got = read(paper_config)
-    if isinstance(expected, float):
-        assert got == pytest.approx(expected, rel=1e-12), f"{what} ({where})"
-    else:
-        assert got == expected, f"{what} ({where})"
+    want = pytest.approx(expected, rel=1e-12) if isinstance(expected, float) else expected
+    assert read(paper_config) == want, f"{what} ({where})"
 
 
 def test_table_rows_are_distinct_and_would_catch_the_defaults(paper_config):
@@ -232,7 +229,6 @@ def test_paper_preset_runs_sft_then_marge_on_eight_devices(tmp_path: pathlib.Pat
     n_train = min(marge["num_pairs"], 512) - marge["num_val_units"]
     assert marge["train_steps"] == math.ceil(n_train / 64)
     assert 1 <= marge["selected_step"] <= marge["train_steps"]
-    assert marge["learning_rate"] == pytest.approx(1e-6)
     assert np.isfinite(marge["train_loss"]) and marge["num_selected"] >= 1
     # the labels are new and the oracle's: evaluated.csv is a set of distinct sequences
     rows = (tmp_path / "paper" / "evaluated.csv").read_text().splitlines()[1:]

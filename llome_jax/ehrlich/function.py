@@ -227,6 +227,13 @@ def validate_tokens(fn: Ehrlich, x: Any, *, what: str = "x") -> jax.Array:
     Raises:
       ValueError: naming the problem (float or one-hot input, wrong length, token out of range).
     """
+    x = _checked_tokens(fn, x, what)
+    # host data goes to the device with device_put: jnp.asarray compiles a conversion per shape
+    return jax.device_put(x) if isinstance(x, np.ndarray) else x
+
+
+def _checked_tokens(fn: Ehrlich, x: Any, what: str = "x") -> Any:
+    """The checks of :func:`validate_tokens`; host data stays a NumPy array (no copy)."""
     cfg = fn.config
     if isinstance(x, list | tuple):
         x = np.asarray(x)
@@ -253,7 +260,7 @@ def validate_tokens(fn: Ehrlich, x: Any, *, what: str = "x") -> jax.Array:
         if x.size:
             low, high = int(x.min()), int(x.max())
             _check_range(cfg, what, low, high)
-        return jax.device_put(x)  # not jnp.asarray: that compiles a conversion per shape
+        return x
     if x.size:
         try:
             low, high = (int(b) for b in _min_max(x))
@@ -436,8 +443,7 @@ def _prepare(fn: Ehrlich, x: Any) -> tuple[Any, int | None, tuple[int, ...]]:
     validated (``N = None``)."""
     if not _on_host(x):
         return validate_tokens(fn, x), None, ()
-    host = np.asarray(x)
-    validate_tokens(fn, host)
+    host = _checked_tokens(fn, np.asarray(x))
     batch_shape = host.shape[:-1]
     n = int(np.prod(batch_shape, dtype=np.int64))
     flat = host.reshape(n, fn.config.dim)

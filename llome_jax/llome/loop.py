@@ -1051,8 +1051,7 @@ def llome_round(
     times["time_generate"] = time.perf_counter() - t
     candidates = np.asarray(refined.sequences)
     num_unique = int(candidates.shape[0])
-    # candidates not labelled before (GA data, earlier rounds, seeds): what the Filter may draw
-    num_novel = int(np.sum(~rows_in(candidates, np.asarray(state.archive_sequences))))
+    archive = np.asarray(state.archive_sequences)
 
     t = time.perf_counter()
     filter_cfg = (
@@ -1068,9 +1067,14 @@ def llome_round(
         ),
         np.asarray(refined.feasible),
         filter_cfg,
-        exclude=np.asarray(state.archive_sequences) if cfg.exclude_labelled else None,
+        exclude=archive if cfg.exclude_labelled else None,
     )
     times["time_filter"] = time.perf_counter() - t
+    # candidates not labelled before (GA data, earlier rounds, seeds); the Filter counted them
+    # when it excluded the archive (the candidates are distinct, so its count after dedup is it)
+    num_novel = (
+        chosen.num_novel if cfg.exclude_labelled else int(np.sum(~rows_in(candidates, archive)))
+    )
 
     t = time.perf_counter()
     new_x = candidates[chosen.indices].astype(np.int32)

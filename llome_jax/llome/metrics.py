@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from llome_jax.llome.data import first_occurrences, margin_reward
+from llome_jax.llome.data import first_occurrences, margin_reward, rows_in
 
 __all__ = [
     "frac_improved",
@@ -84,12 +84,7 @@ def frac_novel(sequences: Any, known: Any) -> float:
         )
     if x.shape[0] == 0:
         return float("nan")
-    if k.shape[0] == 0:
-        return 1.0
-    both = np.ascontiguousarray(np.concatenate([k, x]).astype(np.int64))
-    rows = both.view(np.dtype((np.void, 8 * both.shape[1]))).ravel()
-    seen = set(rows[: k.shape[0]].tolist())
-    return float(np.mean([r not in seen for r in rows[k.shape[0] :].tolist()]))
+    return float(np.mean(~rows_in(x, k)))
 
 
 def mean_reward(input_values: Any, output_values: Any) -> float:
