@@ -48,12 +48,13 @@ def main() -> None:
         schedule=loop.schedule_for_loss(args.loss),
     )
     t0 = time.perf_counter()
-    state = loop.init_state(cfg)
+    runtime = loop.Runtime.build(cfg)
+    state = loop.init_state(jax.random.key(cfg.seed), runtime, cfg)
     ga_seconds = time.perf_counter() - t0
     rows = []
     for _ in range(args.rounds):
         t = time.perf_counter()
-        state, m = loop.llome_round(state, cfg, progress=args.progress)
+        state, m = loop.llome_round(state, runtime, cfg, progress=args.progress)
         if m["round"] is None:
             print(f"stopped: {m['stop_reason']}")
             break

@@ -26,6 +26,8 @@ def probe(run_dir: pathlib.Path, top: int, function: str, instance_seed: int) ->
     from llome_jax.checkpoint import CheckpointManager
     from llome_jax.llome import loop
     from llome_jax.llome.presets import preset
+    from llome_jax.llome.runtime import Runtime
+    from llome_jax.llome.state import restore_checkpoint
     from llome_jax.rundir import RunDirectory
     from llome_jax.train import compute_logprobs
 
@@ -41,9 +43,9 @@ def probe(run_dir: pathlib.Path, top: int, function: str, instance_seed: int) ->
         schedule=loop.schedule_for_loss(loss),
         **overrides,
     )
+    res = Runtime.build(cfg)
     with CheckpointManager(run_dir / "checkpoints") as manager:
-        state = loop.restore_checkpoint(manager, cfg)
-    res = loop._resources(cfg)
+        state = restore_checkpoint(manager, res, cfg)
     _, x, values = RunDirectory(run_dir).evaluated()
     values = np.where(np.isfinite(values), values, -np.inf)
     best = values.max()

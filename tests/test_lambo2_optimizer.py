@@ -55,8 +55,8 @@ def test_smoke_run_resume_equals_uninterrupted(tmp_path):
         distance = (xr != x[before][index]).mean()
         assert distance > 0.0 and records[r]["mean_hamming"] == pytest.approx(distance)
     assert (full.path / "regret.png").exists() and (full.path / "config.json").exists()
-    assert len(full.history.y) == n0 + 64  # the history grows by n per round
-    np.testing.assert_array_equal(np.bincount(full.history.t), [n0, 32, 32])
+    assert len(full.state.history.y) == n0 + 64  # the history grows by n per round
+    np.testing.assert_array_equal(np.bincount(full.state.history.t), [n0, 32, 32])
 
     # interrupted after round 1, then resumed with more rounds allowed
     part = tmp_path / "part"
@@ -70,7 +70,7 @@ def test_smoke_run_resume_equals_uninterrupted(tmp_path):
         rundir.RunDirectory(part).evaluated(), rundir.RunDirectory(full.path).evaluated()
     ):
         np.testing.assert_array_equal(a, b)
-    np.testing.assert_array_equal(resumed.history.x, full.history.x)
+    np.testing.assert_array_equal(resumed.state.history.x, full.state.history.x)
 
     # a resume with another configuration is refused before anything is written
     with pytest.raises(ValueError, match="configuration differs"):

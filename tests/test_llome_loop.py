@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import hashlib
 import json
 import pathlib
@@ -18,8 +19,20 @@ import pytest
 
 from llome_jax import cli, ehrlich, ga, train
 from llome_jax.checkpoint import CheckpointManager
-from llome_jax.llome import loop
+from llome_jax.llome import finetune, loop
+from llome_jax.llome import state as llome_state
 from llome_jax.llome.presets import preset
+from llome_jax.llome.round import llome_round
+from llome_jax.llome.runtime import Runtime, initial_params, named_key
+from llome_jax.llome.state import abstract_state, init_state, restore_checkpoint
+
+#: one runtime per configuration for the whole module (what the driver builds once per run)
+_runtime = functools.cache(Runtime.build)
+
+
+def _init_state(cfg: Any) -> Any:
+    return init_state(jax.random.key(cfg.seed), _runtime(cfg), cfg)
+
 
 SMOKE = ["llome", "--preset", "smoke", "--no-progress"]
 
@@ -53,11 +66,11 @@ class FirstStep:
 
 
 def _capturing_train_step(captured: list[FirstStep]) -> Any:
-    """Wrap ``loop._train_step`` so that the first update of every round is recorded."""
-    real = loop._train_step
+    """Wrap ``finetune.train_step`` so that the first update of every round is recorded."""
+    real = finetune.train_step
 
-    def train_step(cfg: Any, loss: str, opt_config: Any) -> Any:
-        step = real(cfg, loss, opt_config)
+    def train_step(rt: Any, cfg: Any, loss: str, opt_config: Any) -> Any:
+        step = real(rt, cfg, loss, opt_config)
 
         def recorded(state: Any, batch: Any, hparams: Any) -> Any:
             if int(state.step) != 0:
@@ -84,7 +97,7 @@ def smoke_capture(
     captured: list[FirstStep] = []
     out = tmp_path_factory.mktemp("llome") / "run"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(loop, "_train_step", _capturing_train_step(captured))
+        patch.setattr(finetune, "train_step", _capturing_train_step(captured))
         assert cli.main([*SMOKE, "--rounds", "2", "--loss", "marge", "--out", str(out)]) == 0
     return out, captured
 
@@ -114,7 +127,7 @@ def test_smoke_run_files_and_invariants(smoke_run: pathlib.Path) -> None:
     # Round 0 = the GA archive (n0 generations from the function's start sequence), deduplicated.
     fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
     archive = ga.run_archive(
-        loop._named_key(cfg, "ga"),
+        named_key(jax.random.key(cfg.seed), "ga"),
         fn,
         ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed),
         cfg.ga_generations,
@@ -156,14 +169,14 @@ def test_smoke_run_files_and_invariants(smoke_run: pathlib.Path) -> None:
     # The checkpoint of the last round holds exactly the logged archive.
     with CheckpointManager(out / "checkpoints") as manager:
         assert manager.latest_step() == 2
-        state = loop.restore_checkpoint(manager, cfg)
+        state = restore_checkpoint(manager, _runtime(cfg), cfg)
     assert int(state.round) == 2 and int(state.num_evaluations) == expected
     np.testing.assert_array_equal(state.archive_sequences, seqs)
     np.testing.assert_array_equal(state.archive_values, values.astype(np.float32))
     np.testing.assert_array_equal(state.archive_rounds, rounds)
     # MargE's reference model of round 2 is the policy that round 1 ended with.
     with CheckpointManager(out / "checkpoints") as manager:
-        device, _ = manager.restore(1, loop.abstract_state(cfg, 1))
+        device, _ = manager.restore(1, abstract_state(_runtime(cfg), cfg, 1))
     round1 = jax.tree.leaves(device.params)
     reference = jax.tree.leaves(state.reference_params)
     assert len(round1) == len(reference) > 0
@@ -207,7 +220,7 @@ def test_each_round_trains_with_its_loss_rewards_and_learning_rate(
     # MargE receives the margin rewards max(f(y) - f(x), 0) of its pairs (infeasible = 0),
     # recomputed here from the oracle on the pairs decoded from the batch's tokens.
     fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
-    tokenizer = loop._resources(cfg).codec.tokenizer
+    tokenizer = _runtime(cfg).codec.tokenizer
     x, y = _pairs_of(marge.batch, tokenizer)
     fx, fy = (np.asarray(ehrlich.evaluate(fn, s), np.float64) for s in (x, y))
     fx, fy = (np.where(np.isfinite(f), f, 0.0) for f in (fx, fy))
@@ -269,11 +282,11 @@ def test_resume_after_round_one_equals_uninterrupted(
 def test_no_training_pairs_stops_with_a_reason(smoke_run: pathlib.Path) -> None:
     cfg = preset("smoke", schedule=(("sft", 1), ("marge", 1)), rounds=2)
     with CheckpointManager(smoke_run / "checkpoints") as manager:
-        state = loop.restore_checkpoint(manager, cfg)
+        state = restore_checkpoint(manager, _runtime(cfg), cfg)
     flat = dataclasses.replace(
         state, archive_values=np.full_like(state.archive_values, 0.25), stop_code=jnp.int32(0)
     )
-    new_state, metrics = loop.llome_round(flat, cfg)
+    new_state, metrics = llome_round(flat, _runtime(cfg), cfg)
     assert metrics["round"] is None and metrics["stop_reason"] == loop.STOP_REASONS[3]
     assert int(new_state.stop_code) == 3 and int(new_state.round) == int(state.round)
 
@@ -287,23 +300,25 @@ def test_training_data_latest_or_cumulative(
         "smoke", schedule=(("sft", 1), ("marge", 1)), rounds=3, training_data=training_data
     )
     with CheckpointManager(smoke_run / "checkpoints") as manager:  # the state after round 1
-        state = loop._state_from_checkpoint(*manager.restore(1, loop.abstract_state(cfg, 1)))
+        state = llome_state._state_from_checkpoint(
+            *manager.restore(1, abstract_state(_runtime(cfg), cfg, 1))
+        )
     seen: dict[str, np.ndarray] = {}
     from llome_jax.llome import refine
 
-    real_data, real_refine = loop._training_data, refine.iterative_refinement
+    real_data, real_refine = finetune.training_data, refine.iterative_refinement
 
-    def training_data_spy(key, cfg_, loss, x, v):
+    def training_data_spy(key, rt, cfg_, loss, x, v):
         seen["train"] = np.asarray(x)
-        return real_data(key, cfg_, loss, x, v)
+        return real_data(key, rt, cfg_, loss, x, v)
 
     def refine_spy(key, policy, codec, fn, seeds, *args, **kwargs):
         seen["seeds"] = np.asarray(seeds)
         return real_refine(key, policy, codec, fn, seeds, *args, **kwargs)
 
-    monkeypatch.setattr(loop, "_training_data", training_data_spy)
+    monkeypatch.setattr(finetune, "training_data", training_data_spy)
     monkeypatch.setattr(refine, "iterative_refinement", refine_spy)
-    loop.llome_round(state, cfg)
+    llome_round(state, _runtime(cfg), cfg)
     archive = np.asarray(state.archive_sequences)
     latest = archive[np.asarray(state.archive_rounds) == 1]
     expected = archive if training_data == "cumulative" else latest
@@ -397,11 +412,12 @@ def _flat(tree: Any) -> np.ndarray:
 
 
 def _recording_second_moments(moments: list[np.ndarray]) -> Any:
-    """Wrap ``loop._train_step`` so that RMSprop's ``nu`` after every step is recorded (flat)."""
-    real = loop._train_step
+    """Wrap ``finetune.train_step`` so that RMSprop's ``nu`` after every step is recorded
+    (flat)."""
+    real = finetune.train_step
 
-    def train_step(cfg: Any, loss: str, opt_config: Any) -> Any:
-        step = real(cfg, loss, opt_config)
+    def train_step(rt: Any, cfg: Any, loss: str, opt_config: Any) -> Any:
+        step = real(rt, cfg, loss, opt_config)
 
         def recorded(state: Any, batch: Any, hparams: Any) -> Any:
             state, metrics = step(state, batch, hparams)
@@ -421,21 +437,21 @@ def test_data_parallel_training_equals_single_device(monkeypatch: pytest.MonkeyP
     assert jax.device_count() == 8
     single = preset("smoke", max_train_examples=64)
     sharded = dataclasses.replace(single, data_parallel=True)
-    state = loop.init_state(single)
+    state = _init_state(single)
     x, v = state.latest()
     moments: list[np.ndarray] = []  # the single-device run's
     results = []
     for cfg in (single, sharded):
-        data = loop._training_data(jax.random.key(1), cfg, "dpo", x, v)
+        data = finetune.training_data(jax.random.key(1), _runtime(cfg), cfg, "dpo", x, v)
         assert data["units"] == 64 and data["num_candidates"] > 64
         with monkeypatch.context() as patch:
             if cfg is single:
-                patch.setattr(loop, "_train_step", _recording_second_moments(moments))
-            params, _, loss, _ = loop._train(
-                jax.random.key(2), cfg, "dpo", data, state.params, False, 1
+                patch.setattr(finetune, "train_step", _recording_second_moments(moments))
+            params, _, loss, _ = finetune.train(
+                jax.random.key(2), _runtime(cfg), cfg, "dpo", data, state.params, False, 1
             )
         results.append((_flat(params), loss, data))
-    assert loop._resources(sharded).mesh is not None and loop._resources(single).mesh is None
+    assert _runtime(sharded).mesh is not None and _runtime(single).mesh is None
     (p1, l1, d1), (p8, l8, d8) = results
     # The training data does not see the mesh and is integer work (Hamming neighbours, value
     # comparisons on the exact Ehrlich grid, key-driven shuffles): identical.
@@ -453,7 +469,7 @@ def test_data_parallel_training_equals_single_device(monkeypatch: pytest.MonkeyP
     # where the old "all to 1e-3" bound was nearly reached: 4e-4); plus one float32 rounding of
     # the parameter per step.
     assert single.max_grad_norm == 1.0
-    opt_config = loop._optimizer_config(single, "dpo", len(moments))
+    opt_config = finetune.optimizer_config(single, "dpo", len(moments))
     schedule = train.learning_rate_schedule(opt_config)
     dg = 64 * _EPS32 * single.max_grad_norm
     tol = sum(
@@ -474,10 +490,10 @@ def test_data_parallel_training_equals_single_device(monkeypatch: pytest.MonkeyP
     # gradient, hence the loss's sensitivity, is ~0.) Measured: 1.2e-7 of a 7.2e-5 bound.
     ids, tmask, amask = (np.concatenate(d1[k]) for k in ("ids", "tmask", "amask"))
     ref = train.compute_logprobs(
-        loop._training_model(single, "dpo"), state.params, ids, tmask, amask
+        finetune.training_model(_runtime(single), single, "dpo"), state.params, ids, tmask, amask
     )
     logp_tol = 16 * _EPS32 * float(np.abs(np.asarray(ref.sum_logp)).max())
-    beta = float(loop._loss_params(single, "dpo").beta)
+    beta = float(finetune.loss_params(single, "dpo").beta)
     assert abs(l1 - l8) <= 2 * beta * logp_tol
 
 
@@ -502,8 +518,8 @@ def test_weights_dir_loads_model_and_tokenizer(tmp_path: pathlib.Path) -> None:
 
     with_weights = dataclasses.replace(cfg, weights=str(weights))
     loop.validate_config(with_weights)
-    state = loop.init_state(with_weights)
-    assert loop._resources(with_weights).codec.vocab_size == len(tokenizer)
-    expected = loop._initial_params(model)
+    state = _init_state(with_weights)
+    assert _runtime(with_weights).codec.vocab_size == len(tokenizer)
+    expected = initial_params(model)
     for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(expected), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

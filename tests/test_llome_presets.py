@@ -4,6 +4,7 @@ loop's own functions (optimizer, loss parameters, batch sizes), not only the pre
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import pathlib
@@ -13,8 +14,18 @@ import jax
 import numpy as np
 import pytest
 
-from llome_jax.llome import loop
+from llome_jax.llome import finetune, loop
 from llome_jax.llome.presets import preset
+from llome_jax.llome.runtime import Runtime, model_with
+from llome_jax.llome.state import init_state
+
+#: one runtime per configuration for the whole module (what the driver builds once per run)
+_runtime = functools.cache(Runtime.build)
+
+
+def _init_state(cfg: Any) -> Any:
+    return init_state(jax.random.key(cfg.seed), _runtime(cfg), cfg)
+
 
 # Transcribed from the paper (ICML 2025). Each row: (what, value read from the configuration,
 # the paper's value, where the paper states it). Bold = the value the appendix's search chose.
@@ -23,39 +34,39 @@ APPENDIX_DPO = "App. 'LLM Training Details', paragraph DPO"
 APPENDIX_MARGE = "App. 'LLM Training Details', paragraph MargE"
 PAPER_TABLE: list[tuple[str, Any, Any, str]] = [
     # SFT: "AdamW optimizer, with beta1=0.9, beta2=0.999, lambda=0.01, eps=1e-8"
-    ("SFT optimizer", lambda c: loop._optimizer_config(c, "sft", 10, 1).name, "adamw", APPENDIX_SFT),
-    ("SFT beta1", lambda c: loop._optimizer_config(c, "sft", 10, 1).b1, 0.9, APPENDIX_SFT),
-    ("SFT beta2", lambda c: loop._optimizer_config(c, "sft", 10, 1).b2, 0.999, APPENDIX_SFT),
-    ("SFT weight decay", lambda c: loop._optimizer_config(c, "sft", 10, 1).weight_decay, 0.01,
+    ("SFT optimizer", lambda c: finetune.optimizer_config(c, "sft", 10, 1).name, "adamw", APPENDIX_SFT),
+    ("SFT beta1", lambda c: finetune.optimizer_config(c, "sft", 10, 1).b1, 0.9, APPENDIX_SFT),
+    ("SFT beta2", lambda c: finetune.optimizer_config(c, "sft", 10, 1).b2, 0.999, APPENDIX_SFT),
+    ("SFT weight decay", lambda c: finetune.optimizer_config(c, "sft", 10, 1).weight_decay, 0.01,
      APPENDIX_SFT),
-    ("SFT eps", lambda c: loop._optimizer_config(c, "sft", 10, 1).eps, 1e-8, APPENDIX_SFT),
+    ("SFT eps", lambda c: finetune.optimizer_config(c, "sft", 10, 1).eps, 1e-8, APPENDIX_SFT),
     ("SFT learning rate (bold 1e-6)",
-     lambda c: loop._optimizer_config(c, "sft", 10, 1).learning_rate, 1e-6, APPENDIX_SFT),
+     lambda c: finetune.optimizer_config(c, "sft", 10, 1).learning_rate, 1e-6, APPENDIX_SFT),
     ("SFT batch size (bold 128)", lambda c: c.batch_size_for("sft"), 128, APPENDIX_SFT),
     # DPO: "RMSprop optimizer, with alpha=0.99, lambda=mu=0, eps=1e-8 ... we train with bf16"
-    ("DPO optimizer", lambda c: loop._optimizer_config(c, "dpo", 10).name, "rmsprop",
+    ("DPO optimizer", lambda c: finetune.optimizer_config(c, "dpo", 10).name, "rmsprop",
      APPENDIX_DPO),
-    ("DPO alpha", lambda c: loop._optimizer_config(c, "dpo", 10).rms_decay, 0.99, APPENDIX_DPO),
+    ("DPO alpha", lambda c: finetune.optimizer_config(c, "dpo", 10).rms_decay, 0.99, APPENDIX_DPO),
     ("DPO weight decay (lambda 0)",
-     lambda c: loop._optimizer_config(c, "dpo", 10).weight_decay, 0.0, APPENDIX_DPO),
-    ("DPO eps", lambda c: loop._optimizer_config(c, "dpo", 10).rms_eps, 1e-8, APPENDIX_DPO),
+     lambda c: finetune.optimizer_config(c, "dpo", 10).weight_decay, 0.0, APPENDIX_DPO),
+    ("DPO eps", lambda c: finetune.optimizer_config(c, "dpo", 10).rms_eps, 1e-8, APPENDIX_DPO),
     ("DPO learning rate (bold 1e-7)",
-     lambda c: loop._optimizer_config(c, "dpo", 10).learning_rate, 1e-7, APPENDIX_DPO),
+     lambda c: finetune.optimizer_config(c, "dpo", 10).learning_rate, 1e-7, APPENDIX_DPO),
     ("DPO batch size (bold 64)", lambda c: c.batch_size_for("dpo"), 64, APPENDIX_DPO),
     ("DPO precision (bf16)", lambda c: c.dpo_compute_dtype, "bfloat16", APPENDIX_DPO),
     # MargE: "AdamW optimizer, with beta1=0.9, beta2=0.999, lambda=0.01, eps=1e-8"
-    ("MargE optimizer", lambda c: loop._optimizer_config(c, "marge", 10).name, "adamw",
+    ("MargE optimizer", lambda c: finetune.optimizer_config(c, "marge", 10).name, "adamw",
      APPENDIX_MARGE),
-    ("MargE weight decay", lambda c: loop._optimizer_config(c, "marge", 10).weight_decay, 0.01,
+    ("MargE weight decay", lambda c: finetune.optimizer_config(c, "marge", 10).weight_decay, 0.01,
      APPENDIX_MARGE),
     ("MargE learning rate (bold 1e-6)",
-     lambda c: loop._optimizer_config(c, "marge", 10).learning_rate, 1e-6, APPENDIX_MARGE),
+     lambda c: finetune.optimizer_config(c, "marge", 10).learning_rate, 1e-6, APPENDIX_MARGE),
     ("MargE batch size (bold 64)", lambda c: c.batch_size_for("marge"), 64, APPENDIX_MARGE),
-    ("MargE lambda (bold 10)", lambda c: float(loop._loss_params(c, "marge").kl_weight), 10.0,
+    ("MargE lambda (bold 10)", lambda c: float(finetune.loss_params(c, "marge").kl_weight), 10.0,
      APPENDIX_MARGE),
     # "Self-Normalization": w~ = w / sum_{B} w (normalised to sum 1 over the batch)
     ("MargE self-normalised weights sum to 1",
-     lambda c: float(loop._loss_params(c, "marge").weights_sum_to_one), 1.0,
+     lambda c: float(finetune.loss_params(c, "marge").weights_sum_to_one), 1.0,
      "App. 'LLM Training Details', paragraph Self-Normalization"),
     # "If the hyperparameter set-up with the lowest validation loss does not output sequences
     # with the correct format >90% of the time, then we select the set-up with the next best
@@ -65,9 +76,9 @@ PAPER_TABLE: list[tuple[str, Any, Any, str]] = [
      (True, 0.9, {"marge", "dpo"}), "App. 'LLM Training Details', first paragraph"),
     # "We trained REINFORCE with the same best hyperparameters as MargE."
     ("REINFORCE learning rate",
-     lambda c: loop._optimizer_config(c, "reinforce", 10).learning_rate, 1e-6,
+     lambda c: finetune.optimizer_config(c, "reinforce", 10).learning_rate, 1e-6,
      "App. 'LLM Training Details', paragraph REINFORCE"),
-    ("REINFORCE lambda", lambda c: float(loop._loss_params(c, "reinforce").kl_weight), 10.0,
+    ("REINFORCE lambda", lambda c: float(finetune.loss_params(c, "reinforce").kl_weight), 10.0,
      "App. 'LLM Training Details', paragraph REINFORCE"),
     # Sec. 5 "LLOME Details": one epoch, Pythia 2.8B, SFT before MargE/DPO
     ("epochs per round", lambda c: c.epochs, 1, "Sec. 5 'Llome Details': 'for one epoch'"),
@@ -118,11 +129,13 @@ def test_table_rows_are_distinct_and_would_catch_the_defaults(paper_config):
 def test_sft_batch_size_sets_the_steps_of_an_sft_round():
     """``sft_batch_size`` is what an SFT round steps with (and MargE keeps ``batch_size``)."""
     cfg = preset("smoke", max_train_examples=64, sft_batch_size=16, epochs=1)
-    state = loop.init_state(cfg)
+    state = _init_state(cfg)
     x, v = state.latest()
-    data = loop._training_data(jax.random.key(1), cfg, "sft", x, v)
+    data = finetune.training_data(jax.random.key(1), _runtime(cfg), cfg, "sft", x, v)
     assert data["units"] == 64
-    *_, info = loop._train(jax.random.key(2), cfg, "sft", data, state.params, False, 1, 2)
+    *_, info = finetune.train(
+        jax.random.key(2), _runtime(cfg), cfg, "sft", data, state.params, False, 1, 2
+    )
     assert info["train_steps"] == math.ceil(64 / 16)
     marge = dataclasses.replace(cfg, batch_size=32)
     assert marge.batch_size_for("marge") == 32 and marge.batch_size_for("sft") == 16
@@ -133,15 +146,15 @@ def test_dpo_in_bfloat16_trains_close_to_float32():
     matmuls (parameters stay float32); one epoch lands near the float32 run but not on it."""
     fp32 = preset("smoke", max_train_examples=64)
     bf16 = dataclasses.replace(fp32, dpo_compute_dtype="bfloat16")
-    assert loop._training_model(bf16, "dpo").config.compute_dtype == "bfloat16"
-    assert loop._training_model(bf16, "sft") is loop._resources(bf16).model
-    state = loop.init_state(fp32)
+    assert finetune.training_model(_runtime(bf16), bf16, "dpo").config.compute_dtype == "bfloat16"
+    assert finetune.training_model(_runtime(bf16), bf16, "sft") is _runtime(bf16).model
+    state = _init_state(fp32)
     x, v = state.latest()
     results = []
     for cfg in (fp32, bf16):
-        data = loop._training_data(jax.random.key(1), cfg, "dpo", x, v)
-        params, _, loss, _ = loop._train(
-            jax.random.key(2), cfg, "dpo", data, state.params, False, 1
+        data = finetune.training_data(jax.random.key(1), _runtime(cfg), cfg, "dpo", x, v)
+        params, _, loss, _ = finetune.train(
+            jax.random.key(2), _runtime(cfg), cfg, "dpo", data, state.params, False, 1
         )
         results.append((params, loss))
     (_, l32), (p16, l16) = results
@@ -176,8 +189,8 @@ def _pretrained_weights(directory: pathlib.Path) -> loop.LoopConfig:
         epochs=8,
     )
     result = loop.run(smoke, directory / "pretrain", progress=False)
-    res = loop._resources(smoke)
-    model = loop._model_with(res.model, result.state.params)
+    res = _runtime(smoke)
+    model = model_with(res.model, result.state.params)
     weights = directory / "weights"
     weights.mkdir()
     (weights / "config.json").write_text(json.dumps(hf_config_dict(model.config)))
@@ -220,7 +233,7 @@ def test_paper_preset_runs_sft_then_marge_on_eight_devices(tmp_path: pathlib.Pat
     ]
     assert [r["round"] for r in records] == [0, 1, 2], result.stop_reason
     sft, marge = records[1], records[2]
-    assert loop._resources(cfg).mesh is not None  # data parallel over all devices
+    assert _runtime(cfg).mesh is not None  # data parallel over all devices
     # SFT steps with batch 128, MargE with 64 (one epoch each; the pairs are capped at 512)
     assert sft["train_steps"] == math.ceil(min(sft["num_pairs"], 512) / 128)
     assert "selected_step" not in sft  # SFT keeps its last model

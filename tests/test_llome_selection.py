@@ -1,6 +1,6 @@
 """Checkpoint selection with a validity gate (``selection``, ``LoopConfig.select_checkpoint``).
 
-Unit tests of the bookkeeping and the gate on constructed values, then ``loop._train`` on the
+Unit tests of the bookkeeping and the gate on constructed values, then ``finetune.train`` on the
 smoke preset: the returned parameters are those of ``selected_step``; an unreachable gate keeps
 the last; with the option off nothing changes.
 """
@@ -8,6 +8,7 @@ the last; with the option off nothing changes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -16,11 +17,21 @@ import numpy as np
 import pytest
 
 from llome_jax import ehrlich
-from llome_jax.llome import loop, selection
+from llome_jax.llome import finetune, selection
 from llome_jax.llome.presets import preset
+from llome_jax.llome.runtime import Runtime
 from llome_jax.llome.selection import Candidate, GateResult, Selection
+from llome_jax.llome.state import init_state
 from llome_jax.lm import sample
 from llome_jax.lm.tokenizer import SequenceCodec, make_ehrlich_tokenizer
+
+#: one runtime per configuration for the whole module (what the driver builds once per run)
+_runtime = functools.cache(Runtime.build)
+
+
+def _init_state(cfg: Any) -> Any:
+    return init_state(jax.random.key(cfg.seed), _runtime(cfg), cfg)
+
 
 OK = GateResult(16, 1.0, 0.9375)  # 16/16 valid, 15/16 feasible
 BAD = GateResult(16, 0.875, 0.875)  # 14/16: below 0.9
@@ -142,7 +153,7 @@ def test_prompt_sequences_reads_the_inputs_back(fast: bool) -> None:
 def test_greedy_gate_counts_valid_and_feasible_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Outputs fed through a stand-in for ``generate``: 2 feasible, 1 infeasible, 1 invalid."""
     cfg = preset("smoke")
-    res = loop._resources(cfg)
+    res = _runtime(cfg)
     fn, codec = res.fn, res.codec
     feasible_x = np.asarray(ehrlich.optimal_solution(fn), np.int32)
     rng = np.random.default_rng(0)
@@ -213,9 +224,9 @@ def _differs(a: Any, b: Any) -> bool:
 
 def _setup(loss: str, **overrides: Any) -> tuple[Any, Any, dict[str, Any]]:
     cfg = preset("smoke", select_checkpoint=True, **overrides)
-    state = loop.init_state(cfg)
+    state = _init_state(cfg)
     x, v = state.latest()
-    return cfg, state, loop._training_data(jax.random.key(1), cfg, loss, x, v)
+    return cfg, state, finetune.training_data(jax.random.key(1), _runtime(cfg), cfg, loss, x, v)
 
 
 @pytest.mark.slow
@@ -226,8 +237,8 @@ def test_real_gate_returns_the_params_of_selected_step(monkeypatch: pytest.Monke
     cfg, state, data = _setup("sft", selection_losses=("sft",), selection_num_prompts=16)
     seen = Seen()
     monkeypatch.setattr(selection, "greedy_gate", _recording_gate(seen))
-    params, _, loss, info = loop._train(
-        jax.random.key(2), cfg, "sft", data, state.params, False, round_index=1
+    params, _, loss, info = finetune.train(
+        jax.random.key(2), _runtime(cfg), cfg, "sft", data, state.params, False, round_index=1
     )
 
     # 297 pairs: floor(0.95 * 297) = 282 train (ceil(282 / 32) = 9 steps x 4 epochs), 15 validate.
@@ -259,7 +270,9 @@ def test_an_earlier_passing_checkpoint_is_returned(monkeypatch: pytest.MonkeyPat
     seen = Seen()
     verdicts = [BAD, OK, BAD, BAD, BAD]
     monkeypatch.setattr(selection, "greedy_gate", _recording_gate(seen, verdicts))
-    params, _, _, info = loop._train(jax.random.key(2), cfg, "dpo", data, state.params, False)
+    params, _, _, info = finetune.train(
+        jax.random.key(2), _runtime(cfg), cfg, "dpo", data, state.params, False
+    )
 
     # 128 triples: 121 train -> 4 steps per epoch x 4 epochs; 7 validate.
     assert info["train_steps"] == 16 and info["num_val_units"] == 7
@@ -279,7 +292,9 @@ def test_unreachable_gate_keeps_the_last_params(monkeypatch: pytest.MonkeyPatch)
     cfg, state, data = _setup("marge", max_train_examples=128, selection_threshold=1.0)
     seen = Seen()
     monkeypatch.setattr(selection, "greedy_gate", _recording_gate(seen, [OK] * 5))
-    params, _, _, info = loop._train(jax.random.key(2), cfg, "marge", data, state.params, False)
+    params, _, _, info = finetune.train(
+        jax.random.key(2), _runtime(cfg), cfg, "marge", data, state.params, False
+    )
 
     assert info["selection_passed"] is False and info["selected_step"] == info["train_steps"]
     assert [row[0] for row in info["selection_history"]][-1] == info["train_steps"]
@@ -293,9 +308,9 @@ def test_off_or_other_losses_change_nothing(monkeypatch: pytest.MonkeyPatch) -> 
     """Off (the default) or a loss outside ``selection_losses``: all units train, no new record
     keys, the gate is never called, the same params; too few units: trained on all, a note."""
     base = preset("smoke", max_train_examples=64)
-    state = loop.init_state(base)
+    state = _init_state(base)
     x, v = state.latest()
-    data = loop._training_data(jax.random.key(1), base, "sft", x, v)
+    data = finetune.training_data(jax.random.key(1), _runtime(base), base, "sft", x, v)
 
     def never(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the gate ran")
@@ -303,7 +318,9 @@ def test_off_or_other_losses_change_nothing(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(selection, "greedy_gate", never)
     results = []
     for cfg in (base, dataclasses.replace(base, select_checkpoint=True)):  # SFT not selected
-        results.append(loop._train(jax.random.key(2), cfg, "sft", data, state.params, False))
+        results.append(
+            finetune.train(jax.random.key(2), _runtime(cfg), cfg, "sft", data, state.params, False)
+        )
     (p_off, _, l_off, info_off), (p_on, _, l_on, info_on) = results
     assert info_off == info_on == {"train_steps": 8, "learning_rate": base.learning_rate}
     assert l_off == l_on
@@ -312,7 +329,9 @@ def test_off_or_other_losses_change_nothing(monkeypatch: pytest.MonkeyPatch) -> 
     one = {**data, "units": 1, "reward": data["reward"][:1]}
     one.update({k: tuple(a[:1] for a in data[k]) for k in ("ids", "tmask", "amask")})
     cfg = preset("smoke", max_train_examples=64, select_checkpoint=True, selection_losses=("sft",))
-    _, _, _, info = loop._train(jax.random.key(2), cfg, "sft", one, state.params, False)
+    _, _, _, info = finetune.train(
+        jax.random.key(2), _runtime(cfg), cfg, "sft", one, state.params, False
+    )
     assert info["train_steps"] == 4 and info["selected_step"] == 4
     assert info["selection_passed"] is False and info["num_val_units"] == 0
     assert "too few" in info["selection_note"] and math.isnan(info["val_loss"])

@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         mesh=mesh,
         extra_config={"preset": args.preset},
     )
-    final = result.history
+    final = result.state.history
     best = float(final.y.max())
     print(
         f"LaMBO-2 on {cfg.function}: best value {best:.4f} (regret {1 - best:.4f}) after "

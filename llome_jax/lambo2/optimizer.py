@@ -11,7 +11,8 @@ Run (``n`` sequences per round, ``R`` rounds)::
         X      = design_round(θ, seeds)      # S design steps, n proposals, no de-duplication
         S      = S u {(x, f(x), r) : x in X} # the only oracle calls of the round
 
-Run directory (:mod:`llome_jax.rundir`, the same layout as ``llome-jax llome``): ``config.json``,
+The shared driver (:func:`llome_jax.runner.run`, with the :class:`Lambo2` plug-in) writes the run
+directory (:mod:`llome_jax.rundir`, the same layout as ``llome-jax llome``): ``config.json``,
 ``rounds.jsonl`` (``ROUND_FIELDS`` plus LaMBO-2 extras), ``evaluated.csv`` (the GA's distinct
 sequences as round 0, then every proposal), ``regret.png``, ``checkpoints/`` (one orbax step per
 round: ``θ0`` as arrays, the history in the JSON metadata). Oracle accounting as LLOME:
@@ -36,11 +37,15 @@ import numpy as np
 from llome_jax.lambo2 import design as lambo_design
 from llome_jax.lambo2 import model as lambo_model
 from llome_jax.lambo2 import train as lambo_train
+from llome_jax.runner import RoundResult, RunResult
+from llome_jax.runner import run as run_rounds
 
 __all__ = [
     "PRESETS",
     "History",
+    "Lambo2",
     "Lambo2Config",
+    "Lambo2State",
     "RunResult",
     "expected_oracle_calls",
     "initial_fit",
@@ -248,19 +253,155 @@ def lambo2_round(
 
 
 # ---------------------------------------------------------------------------------------------
-# Driver
+# The round-driver plug-in
 # ---------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class RunResult:
-    """Outcome of :func:`run`: final history, the records written by this call, the directory."""
+class Lambo2State:
+    """What LaMBO-2 carries between rounds: rounds done, ``θ0`` (every round retrains from it)
+    and the labelled history."""
 
+    round: int
+    theta_init: Any
     history: History
-    records: list[dict[str, Any]]
-    path: pathlib.Path
 
 
-def _plot(run_dir: Any, cfg: Lambo2Config) -> None:
-    run_dir.plot_regret("LaMBO-2", f"LaMBO-2 on {cfg.function} (seed {cfg.seed})", log_x=False)
+class Lambo2:
+    """LaMBO-2 as a :class:`~llome_jax.runner.RoundOptimizer` over :class:`Lambo2State`.
+
+    Construction validates the configuration (clear errors before anything runs or is written).
+    """
+
+    name = "lambo2"
+
+    def __init__(self, cfg: Lambo2Config, *, mesh: Any = None) -> None:
+        from llome_jax import ehrlich
+
+        self.cfg = cfg
+        self.mesh = mesh
+        self.fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
+        self.x0 = ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed)
+        self.mc = cfg.model_config(self.fn.config.num_states, self.fn.config.dim)
+        if cfg.design.num_mutations > self.mc.length:
+            raise ValueError(
+                f"design.num_mutations={cfg.design.num_mutations} edit positions per step exceed "
+                f"the sequence length L={self.mc.length} of {cfg.function}."
+            )
+        if mesh is not None and cfg.num_samples % mesh.size:
+            raise ValueError(
+                f"num_samples={cfg.num_samples} is not divisible by the {mesh.size} mesh devices."
+            )
+        self.abstract = jax.eval_shape(
+            lambda k: lambo_model.init_params(k, self.mc), jax.random.key(0)
+        )
+
+    def describe(self) -> str:
+        mc = self.mc
+        return (
+            f"LaMBO-2 on {self.fn.config.name}: CNN {mc.embed_dim}/{mc.channel_dim}/{mc.out_dim} "
+            f"k{mc.kernel_size}, {lambo_model.num_parameters(self.abstract):,} trainable "
+            f"parameters (+{lambo_model.pe_table_size(mc):,} in the reference's frozen sinusoid "
+            f"table), {mc.ensemble_size}+{mc.ensemble_size} ensemble members"
+        )
+
+    def config_dict(self) -> dict[str, Any]:
+        return self.cfg.to_dict()
+
+    def total_rounds(self) -> int:
+        return self.cfg.rounds
+
+    def _ga_evaluations(self) -> int:
+        return self.cfg.ga_generations * self.cfg.ga_particles
+
+    def init(self, key: jax.Array) -> tuple[Lambo2State, RoundResult]:
+        """Round 0: the GA archive (``fold_in(key, 0)``) and the initial fit ``θ0``."""
+        from llome_jax import ga
+        from llome_jax.rundir import round_metrics
+
+        cfg = self.cfg
+        ga_config = ga.GAConfig(num_particles=cfg.ga_particles)
+        archive = ga.run_archive(
+            jax.random.fold_in(jax.random.fold_in(key, 0), 0),
+            self.fn,
+            self.x0,
+            cfg.ga_generations,
+            ga_config,
+        )
+        ax, ay, _ = archive.to_numpy()
+        ay = np.where(np.isfinite(ay), ay, -np.inf)
+        history = History(ax.astype(np.int32), ay.astype(np.float64), np.zeros(len(ay), np.int64))
+        theta_init, losses = initial_fit(cfg, self.mc, history)
+        record = round_metrics(
+            0,
+            history.x,
+            history.y,
+            history.y,
+            num_generated=self._ga_evaluations(),
+            num_evaluations=self._ga_evaluations(),
+            train_loss=float(losses[-1].mean()),
+            best_value=float(np.max(history.y)),
+        )
+        return Lambo2State(0, theta_init, history), RoundResult(history.x, history.y, record)
+
+    def round(
+        self, state: Lambo2State, *, progress: bool = False
+    ) -> tuple[Lambo2State, RoundResult]:
+        from llome_jax.rundir import round_metrics
+
+        cfg, r = self.cfg, state.round + 1
+        history, metrics = lambo2_round(
+            cfg, self.fn, state.theta_init, state.history, r, mesh=self.mesh
+        )
+        x, y = metrics.pop("x"), metrics.pop("y")
+        record = round_metrics(
+            r,
+            x,
+            y,
+            history.y,
+            num_generated=cfg.num_samples,
+            num_evaluations=self._ga_evaluations() + r * cfg.num_samples,
+            best_value=float(np.max(history.y)),
+            **metrics,
+        )
+        return Lambo2State(r, state.theta_init, history), RoundResult(x, y, record)
+
+    def round_index(self, state: Lambo2State) -> int:
+        return state.round
+
+    def stop_reason(self, state: Lambo2State) -> str:
+        return ""
+
+    def save(self, manager: Any, state: Lambo2State) -> None:
+        manager.save(
+            state.round,
+            state.theta_init,
+            {"round": state.round, "history": state.history.to_json()},
+        )
+
+    def restore(self, manager: Any) -> Lambo2State | None:
+        restored = manager.restore_latest_good(self.abstract)
+        if restored is None:
+            return None
+        done, theta_init, metadata = restored
+        return Lambo2State(done, theta_init, History.from_json(metadata["history"]))
+
+    def init_line(self, result: RoundResult) -> str:
+        cfg = self.cfg
+        return (
+            f"round 0 (GA {cfg.ga_generations}x{cfg.ga_particles}, initial fit): "
+            f"{len(result.values)} distinct sequences, min regret "
+            f"{result.record['min_regret']:.4f}"
+        )
+
+    def round_line(self, record: Mapping[str, Any]) -> str:
+        return (
+            f"round {record['round']}: min regret {record['min_regret']:.4f}, feasible "
+            f"{record['frac_feasible']:.2f}, unique {record['frac_unique']:.2f}, "
+            f"train {record['seconds_train']:.1f}s, design {record['seconds_design']:.1f}s"
+        )
+
+    def plot(self, run_dir: Any) -> None:
+        cfg = self.cfg
+        run_dir.plot_regret("LaMBO-2", f"LaMBO-2 on {cfg.function} (seed {cfg.seed})", log_x=False)
 
 
 def run(
@@ -273,8 +414,9 @@ def run(
     mesh: Any = None,
     log: Callable[[str], None] = print,
     extra_config: Mapping[str, Any] | None = None,
-) -> RunResult:
-    """Run (or resume) LaMBO-2 into the run directory ``out``.
+) -> RunResult[Lambo2State]:
+    """Run (or resume) LaMBO-2 into the run directory ``out`` (:func:`llome_jax.runner.run` with
+    the :class:`Lambo2` plug-in).
 
     Order per round: compute, append ``evaluated.csv`` and ``rounds.jsonl``, then checkpoint; a
     resume rolls the logs back to the newest readable checkpoint and recomputes the rest
@@ -284,109 +426,19 @@ def run(
       ValueError: unknown function, bad configuration, or a resume whose configuration differs
         (except ``rounds``); nothing is written then.
     """
-    from llome_jax import ehrlich, ga
-    from llome_jax.checkpoint import CheckpointManager
-    from llome_jax.rundir import RunDirectory, round_metrics
-
-    fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
-    x0 = ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed)
-    mc = cfg.model_config(fn.config.num_states, fn.config.dim)
-    if cfg.design.num_mutations > mc.length:
-        raise ValueError(
-            f"design.num_mutations={cfg.design.num_mutations} edit positions per step exceed "
-            f"the sequence length L={mc.length} of {cfg.function}."
-        )
-    ga_config = ga.GAConfig(num_particles=cfg.ga_particles)
-    if mesh is not None and cfg.num_samples % mesh.size:
-        raise ValueError(
-            f"num_samples={cfg.num_samples} is not divisible by the {mesh.size} mesh devices."
-        )
-    config = {"optimizer": "lambo2", **cfg.to_dict(), **dict(extra_config or {})}
-    run_dir = RunDirectory.create(
-        out, config, resume=resume, mutable_keys=("rounds", "resume", "out")
-    )
-    abstract = jax.eval_shape(lambda k: lambo_model.init_params(k, mc), jax.random.key(0))
+    optimizer = Lambo2(cfg, mesh=mesh)
     if progress:
-        log(
-            f"LaMBO-2 on {fn.config.name}: CNN {mc.embed_dim}/{mc.channel_dim}/{mc.out_dim} "
-            f"k{mc.kernel_size}, {lambo_model.num_parameters(abstract):,} trainable parameters "
-            f"(+{lambo_model.pe_table_size(mc):,} in the reference's frozen sinusoid table), "
-            f"{mc.ensemble_size}+{mc.ensemble_size} ensemble members"
-        )
-    records: list[dict[str, Any]] = []
-    ga_evaluations = cfg.ga_generations * cfg.ga_particles
-    with CheckpointManager(run_dir.checkpoint_dir, max_to_keep=2) as manager:
-        restored = manager.restore_latest_good(abstract) if resume else None
-        if restored is None:
-            run_dir.rollback(-1)
-            t0 = time.perf_counter()
-            archive = ga.run_archive(
-                jax.random.fold_in(_round_key(cfg, 0), 0), fn, x0, cfg.ga_generations, ga_config
-            )
-            ax, ay, _ = archive.to_numpy()
-            ay = np.where(np.isfinite(ay), ay, -np.inf)
-            history = History(
-                ax.astype(np.int32), ay.astype(np.float64), np.zeros(len(ay), np.int64)
-            )
-            run_dir.log_evaluated(0, history.x, history.y)
-            theta_init, losses = initial_fit(cfg, mc, history)
-            record = round_metrics(
-                0,
-                history.x,
-                history.y,
-                history.y,
-                num_generated=ga_evaluations,
-                num_evaluations=ga_evaluations,
-                train_loss=float(losses[-1].mean()),
-                seconds=time.perf_counter() - t0,
-                best_value=float(np.max(history.y)),
-            )
-            records.append(run_dir.log_round(record))
-            done = 0
-            manager.save(0, theta_init, {"round": 0, "history": history.to_json()})
-            if progress:
-                log(
-                    f"round 0 (GA {cfg.ga_generations}x{cfg.ga_particles}, initial fit): "
-                    f"{len(history.y)} distinct sequences, min regret {record['min_regret']:.4f}"
-                )
-        else:
-            done, theta_init, metadata = restored
-            history = History.from_json(metadata["history"])
-            run_dir.rollback(done)
-            if progress:
-                log(f"resuming {run_dir.path} after round {done}")
-        for calls, round_index in enumerate(range(done + 1, cfg.rounds + 1)):
-            if max_rounds_this_call is not None and calls >= max_rounds_this_call:
-                break
-            t0 = time.perf_counter()
-            history, metrics = lambo2_round(cfg, fn, theta_init, history, round_index, mesh=mesh)
-            x, y = metrics.pop("x"), metrics.pop("y")
-            run_dir.log_evaluated(round_index, x, y)
-            record = round_metrics(
-                round_index,
-                x,
-                y,
-                history.y,
-                num_generated=cfg.num_samples,
-                num_evaluations=ga_evaluations + round_index * cfg.num_samples,
-                seconds=time.perf_counter() - t0,
-                best_value=float(np.max(history.y)),
-                **metrics,
-            )
-            records.append(run_dir.log_round(record))
-            _plot(run_dir, cfg)
-            manager.save(
-                round_index, theta_init, {"round": round_index, "history": history.to_json()}
-            )
-            if progress:
-                log(
-                    f"round {round_index}: min regret {record['min_regret']:.4f}, feasible "
-                    f"{record['frac_feasible']:.2f}, unique {record['frac_unique']:.2f}, "
-                    f"train {metrics['seconds_train']:.1f}s, design "
-                    f"{metrics['seconds_design']:.1f}s"
-                )
-        _plot(run_dir, cfg)
-    return RunResult(history=history, records=records, path=run_dir.path)
+        log(optimizer.describe())
+    return run_rounds(
+        optimizer,
+        out,
+        seed=cfg.seed,
+        resume=resume,
+        progress=progress,
+        max_rounds_this_call=max_rounds_this_call,
+        log=log,
+        extra_config=extra_config,
+    )
 
 
 def expected_oracle_calls(cfg: Lambo2Config) -> int:

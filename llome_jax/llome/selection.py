@@ -5,7 +5,7 @@ have the correct format ("a list of the correct length with values in the correc
 90 % of the time - "these format checks were the most important for DPO. Many DPO-trained models
 achieve low validation loss despite generating sequences with incorrect format". The authors'
 MargE and DPO trainers apply the same rule to the checkpoints of every round; this module holds
-that rule for :func:`llome_jax.llome.loop._train` (``LoopConfig.select_checkpoint``).
+that rule for :func:`llome_jax.llome.finetune.train` (``LoopConfig.select_checkpoint``).
 
 For a round of ``T`` optimizer steps, candidates are taken at the save steps (:func:`save_steps`,
 every 20 % of the steps and at the end)::

@@ -1,0 +1,383 @@
+"""LLOME's static configuration: :class:`LoopConfig`, the loss schedule and input validation.
+
+``LoopConfig`` is a frozen, hashable dataclass that fixes every shape and setting of a run
+(``llome_jax.llome.presets`` names the usual ones). The loss schedule says which loss trains each
+round (``"sft:1,marge:9"``); the losses themselves live in :mod:`llome_jax.losses`.
+:func:`validate_config` checks everything user input can get wrong before any work is done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from typing import Any
+
+from llome_jax.llome.schedule import DEFAULT_TEMPERATURES
+
+__all__ = [
+    "LEGACY_VALUES",
+    "LOSS_NAMES",
+    "LoopConfig",
+    "check_weights_dir",
+    "loss_for_round",
+    "parse_schedule",
+    "schedule_for_loss",
+    "validate_config",
+]
+
+#: Losses a round can train with (``llome_jax.losses.LOSSES``).
+LOSS_NAMES: tuple[str, ...] = ("sft", "marge", "dpo", "reinforce")
+
+#: Settings added after the first LLOME runs, with the value that reproduces the earlier behaviour:
+#: a run directory whose ``config.json`` lacks one resumes only with that value.
+LEGACY_VALUES: dict[str, Any] = {
+    "exclude_labelled": False,
+    "marge_weight_norm": "mean",
+    "training_data": "latest",
+    "sft_batch_size": None,
+    "dpo_compute_dtype": "float32",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Loss schedule
+# --------------------------------------------------------------------------------------------
+def parse_schedule(text: str) -> tuple[tuple[str, int], ...]:
+    """Parse ``"sft:1,marge:9"`` into ``(("sft", 1), ("marge", 9))``.
+
+    Raises:
+      ValueError: unknown loss, missing/non-positive count, or empty text.
+
+    Example:
+      >>> parse_schedule("sft:1, marge:9")
+      (('sft', 1), ('marge', 9))
+    """
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise ValueError("empty --schedule; write e.g. 'sft:1,marge:9'")
+    out = []
+    for part in parts:
+        name, sep, count = part.partition(":")
+        name = name.strip().lower()
+        if name not in LOSS_NAMES:
+            raise ValueError(f"unknown loss {name!r} in --schedule; choose from {list(LOSS_NAMES)}")
+        try:
+            rounds = int(count) if sep else -1
+        except ValueError:
+            rounds = -1
+        if rounds < 1:
+            raise ValueError(
+                f"--schedule entry {part!r} needs a positive round count, e.g. '{name}:3'"
+            )
+        out.append((name, rounds))
+    return tuple(out)
+
+
+def schedule_for_loss(loss: str, rounds: int | None = None) -> tuple[tuple[str, int], ...]:
+    """The paper's schedule for ``--loss``: SFT for round 1, then ``loss`` for every later round.
+
+    Returned in a canonical form that does not depend on the number of rounds (the last entry
+    repeats), so that a run resumed with more ``--rounds`` keeps the same configuration:
+    ``(("sft", 1), (loss, 1))``; ``(("sft", 1),)`` for SFT. ``rounds`` is accepted for
+    backwards compatibility and ignored.
+    """
+    del rounds
+    loss = str(loss).lower()
+    if loss not in LOSS_NAMES:
+        raise ValueError(f"unknown loss {loss!r}; choose one of {list(LOSS_NAMES)}")
+    if loss == "sft":
+        return (("sft", 1),)
+    return (("sft", 1), (loss, 1))
+
+
+def loss_for_round(schedule: tuple[tuple[str, int], ...], round_index: int) -> str:
+    """Loss of round ``round_index`` (1-based); rounds past the schedule repeat its last loss.
+
+    Example:
+      >>> [loss_for_round((("sft", 1), ("marge", 1)), r) for r in (1, 2, 10)]
+      ['sft', 'marge', 'marge']
+    """
+    if round_index < 1:
+        raise ValueError(f"rounds are numbered from 1; got {round_index}")
+    done = 0
+    for name, count in schedule:
+        done += count
+        if round_index <= done:
+            return name
+    return schedule[-1][0]
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+    """Static configuration of a LLOME run (hashable; see ``llome_jax.llome.presets``).
+
+    Attributes (paper values in brackets):
+      function / instance_seed: the Ehrlich function (``ehrlich.resolve_function``) [f2].
+      schedule: loss per round, ``(("sft", 1), ("marge", 9))``; past its end the last loss repeats.
+      rounds: LLOME rounds ``T`` [10]. seed: run seed (GA, init, every sampling step).
+      ga_generations / ga_particles / ga_mutation_prob: ``n0`` [10], the GA population [1000]
+        and its mutation probability [0.005].
+      model: ``PythiaConfig`` preset name for a from-scratch model, with ``model_overrides``;
+        ``weights``: a GPT-NeoX directory for ``from_pretrained`` (its tokenizer too) instead.
+      learning_rate / dpo_learning_rate, weight_decay, warmup_steps / dpo_warmup_steps, epochs,
+        batch_size (loss units per optimizer step: pairs, DPO triples), num_microbatches,
+        max_grad_norm: training [1e-6 / 1e-7, 0.01, 0 / 150, 1, 64, -, 1.0]. AdamW for
+        SFT/MargE/REINFORCE, torch-RMSprop for DPO (``train.paper_optimizer``), linear decay,
+        fresh optimizer every round (the reference re-initialises it with each trainer).
+      sft_batch_size: batch size of SFT rounds (``None``: ``batch_size``) [128: the appendix's
+        SFT search picked 128, MargE and DPO 64].
+      dpo_compute_dtype: matmul dtype of DPO training and its reference log-probs ("float32" /
+        "bfloat16"; parameters and optimizer state stay float32) [bfloat16: "Due to
+        computational constraints, we train with bf16"].
+      first_round_epochs: epochs of round 1 (SFT on the GA data; ``None``: ``epochs``). A
+        from-scratch model must first learn the output format there.
+      first_round_learning_rate: learning rate of round 1 (``None``: ``learning_rate``).
+      first_round_min_steps: round 1 trains for at least this many optimizer steps (more epochs
+        when the GA data gives few pairs: f2's GA data gives only ~500 after the infeasible cap).
+      max_train_examples: random subset of the round's pairs/triples (``None``: all) - a CPU knob.
+      training_data: what a round trains on and takes its seeds from: "latest" = ``S_i``, the
+        sequences labelled in the previous round (Algorithm 1 of the appendix, the authors' code);
+        "cumulative" = every labelled sequence so far, ``D^(i)`` of the main text (Sec. 4: "the
+        cumulative dataset ... containing all previously evaluated sequences"; seeds are "the
+        top-scoring historical sequences").
+      marge_group_size: self-normalisation group (``None``: the whole batch, paper; 1: reference).
+      kl_weight: MargE/REINFORCE ``lambda`` override (``None``: 10).
+      marge_weight_norm: MargE's self-normalised weights ``w~`` "sum" to 1 over the batch (the
+        appendix "Self-Normalization" read literally: reward term ``(1/B) sum w~ c``) or have
+        "mean" 1 (``sum w~ c``, the self-normalised importance-sampling estimate, B times larger
+        relative to the lambda term). Identical for groups of one.
+      num_seeds, seed_rule ("paper": TopK(S_i) / "reference": top training rows), num_iterations,
+        num_samples, temperatures, greedy, top_k, next_input ("paper" / "reference"),
+        selection_likelihood ("raw" pi_theta, paper / "processed" temperature+top-k log-probs,
+        reference), generation_batch_size: IterativeRefinement [200, 10, 10, 0.6..1.6, yes, 50].
+      filter_likelihood: likelihood the Filter thresholds ("raw" pi_theta(x), paper /
+        "processed", reference).
+      adaptive_temperature / reset_temperature_at_phase: offsets +0.6/+0.4/+0.2 from the previous
+        round's mean Hamming distance; the reference resets it when the loss changes.
+      num_selected (j), filter_rule ("paper" / "reference"): Filter [2000].
+      exclude_labelled: the Filter drops candidates that are already labelled (GA data, earlier
+        rounds, seeds) before it draws j, so no sequence is labelled twice (paper: the labelled
+        set is a set); ``False`` is the authors' code, which can relabel earlier sequences.
+      num_neighbours, max_distance, symmetric_pairs, max_infeasible_fraction: PropEn [30, 0.25,
+        paper: directed, 0.1].
+      min_unique_candidates: stop when a round produced fewer unique valid candidates (``None``:
+        ``num_seeds``).
+      data_parallel: shard training/log-prob/generation batches over all devices.
+      select_checkpoint: keep the best checkpoint of a round instead of the last
+        (``llome_jax.llome.selection``) [off; the authors' code: on for MargE and DPO, the paper
+        applies the same gate to its hyper-parameter search]. The round's units are split 95 % /
+        at most 100 (``data.train_val_split``); at every 20 % of the steps the validation loss
+        and the greedy generations of ``selection_num_prompts`` validation prompts are computed;
+        the kept checkpoint has the lowest validation loss among those whose outputs are >=
+        ``selection_threshold`` valid (parsable, length ``L``, in range) and feasible; if none
+        passes, the last. Off, nothing changes (records and ``config.json`` included).
+      selection_threshold: the gate's fraction [0.9: "correct format >90% of the time"].
+      selection_losses: the losses whose rounds select [("marge", "dpo"); SFT keeps the last].
+      selection_num_prompts: validation prompts generated per candidate [reference: the first
+        ~16 of the <= 100 validation rows].
+      preset: the preset the configuration came from (recorded).
+    """
+
+    function: str = "f2"
+    instance_seed: int | None = None
+    schedule: tuple[tuple[str, int], ...] = (("sft", 1), ("marge", 9))
+    rounds: int = 10
+    seed: int = 0
+    ga_generations: int = 10
+    ga_particles: int = 1000
+    ga_mutation_prob: float = 0.005
+    model: str = "small"
+    model_overrides: tuple[tuple[str, Any], ...] = ()
+    weights: str | None = None
+    learning_rate: float = 1e-6
+    dpo_learning_rate: float = 1e-7
+    weight_decay: float = 0.01
+    warmup_steps: int = 0
+    dpo_warmup_steps: int = 150
+    epochs: int = 1
+    first_round_epochs: int | None = None
+    first_round_learning_rate: float | None = None
+    first_round_min_steps: int = 0
+    batch_size: int = 64
+    sft_batch_size: int | None = None
+    dpo_compute_dtype: str = "float32"
+    num_microbatches: int = 1
+    max_grad_norm: float | None = 1.0
+    max_train_examples: int | None = None
+    training_data: str = "latest"
+    marge_group_size: int | None = None
+    kl_weight: float | None = None
+    marge_weight_norm: str = "mean"
+    logprob_batch_size: int = 64
+    num_seeds: int = 200
+    seed_rule: str = "paper"
+    num_iterations: int = 10
+    num_samples: int = 10
+    temperatures: tuple[float, ...] = DEFAULT_TEMPERATURES
+    adaptive_temperature: bool = True
+    reset_temperature_at_phase: bool = False
+    greedy: bool = True
+    top_k: int | None = 50
+    next_input: str = "paper"
+    selection_likelihood: str = "raw"
+    filter_likelihood: str = "raw"
+    generation_batch_size: int = 1024
+    num_selected: int = 2000
+    filter_rule: str = "paper"
+    exclude_labelled: bool = True
+    num_neighbours: int = 30
+    max_distance: float = 0.25
+    symmetric_pairs: bool = False
+    max_infeasible_fraction: float | None = 0.1
+    min_unique_candidates: int | None = None
+    data_parallel: bool = False
+    select_checkpoint: bool = False
+    selection_threshold: float = 0.9
+    selection_losses: tuple[str, ...] = ("marge", "dpo")
+    selection_num_prompts: int = 64
+    preset: str = "custom"
+
+    def __post_init__(self) -> None:
+        positive = (
+            "rounds", "ga_generations", "ga_particles", "epochs", "batch_size",
+            "num_microbatches", "logprob_batch_size", "num_seeds", "num_iterations",
+            "num_samples", "generation_batch_size", "num_selected",
+        )  # fmt: skip
+        for name in positive:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer; got {value!r}")
+        if not self.schedule:
+            raise ValueError("the loss schedule is empty")
+        for name, count in self.schedule:
+            if name not in LOSS_NAMES or not isinstance(count, int) or count < 1:
+                raise ValueError(f"bad schedule entry {(name, count)!r}")
+        for name, allowed in (
+            ("seed_rule", ("paper", "reference")),
+            ("next_input", ("paper", "reference")),
+            ("filter_rule", ("paper", "reference")),
+            ("selection_likelihood", ("raw", "processed")),
+            ("filter_likelihood", ("raw", "processed")),
+            ("marge_weight_norm", ("sum", "mean")),
+            ("training_data", ("latest", "cumulative")),
+            ("dpo_compute_dtype", ("float32", "bfloat16")),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}; got {getattr(self, name)!r}")
+        if self.learning_rate < 0 or self.dpo_learning_rate < 0:
+            raise ValueError("learning rates must be non-negative")
+        if not self.temperatures or any(t <= 0 for t in self.temperatures):
+            raise ValueError(f"temperatures must be positive; got {self.temperatures}")
+        if self.sft_batch_size is not None and (
+            isinstance(self.sft_batch_size, bool)
+            or not isinstance(self.sft_batch_size, int)
+            or self.sft_batch_size < 1
+        ):
+            raise ValueError(
+                f"sft_batch_size must be a positive integer or None; got {self.sft_batch_size!r}"
+            )
+        if self.max_train_examples is not None and self.max_train_examples < 1:
+            raise ValueError("max_train_examples must be >= 1 or None")
+        if self.weights is None and not self.model:
+            raise ValueError("set a model preset name or --weights")
+        self._check_selection()
+
+    def _check_selection(self) -> None:
+        if not isinstance(self.select_checkpoint, bool):
+            raise ValueError(
+                f"select_checkpoint must be True or False; got {self.select_checkpoint!r}"
+            )
+        t = self.selection_threshold
+        if isinstance(t, bool) or not isinstance(t, int | float) or not 0.0 <= t <= 1.0:
+            raise ValueError(f"selection_threshold must be a fraction in [0, 1]; got {t!r}")
+        losses = self.selection_losses
+        if (
+            not isinstance(losses, tuple)
+            or not losses
+            or any(name not in LOSS_NAMES for name in losses)
+            or len(set(losses)) != len(losses)
+        ):
+            raise ValueError(
+                f"selection_losses must be a non-empty tuple of distinct losses from {LOSS_NAMES}; "
+                f"got {losses!r}"
+            )
+        n = self.selection_num_prompts
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"selection_num_prompts must be a positive integer; got {n!r}")
+
+    # ------------------------------------------------------------------ helpers
+    def loss(self, round_index: int) -> str:
+        """Loss of round ``round_index`` (1-based)."""
+        return loss_for_round(self.schedule, round_index)
+
+    def batch_size_for(self, loss: str) -> int:
+        """Loss units per optimizer step of a round trained with ``loss``."""
+        if loss == "sft" and self.sft_batch_size is not None:
+            return self.sft_batch_size
+        return self.batch_size
+
+    @property
+    def min_candidates(self) -> int:
+        return self.num_seeds if self.min_unique_candidates is None else self.min_unique_candidates
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict (``config.json``)."""
+        out = dataclasses.asdict(self)
+        out["schedule"] = ",".join(f"{n}:{c}" for n, c in self.schedule)
+        out["model_overrides"] = {k: v for k, v in self.model_overrides}
+        out["temperatures"] = list(self.temperatures)
+        out["selection_losses"] = list(self.selection_losses)
+        if not self.select_checkpoint:  # runs without the option keep their config.json
+            del out["select_checkpoint"], out["selection_threshold"]
+            del out["selection_losses"], out["selection_num_prompts"]
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------
+def check_weights_dir(path: str) -> pathlib.Path:
+    """A GPT-NeoX checkpoint directory (HF ``config.json`` with ``model_type == "gpt_neox"``).
+
+    Raises:
+      FileNotFoundError: the directory or its ``config.json`` is missing.
+      ValueError: it is not a GPT-NeoX checkpoint.
+    """
+    directory = pathlib.Path(path)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"--weights {directory}: no such directory")
+    config = directory / "config.json"
+    if not config.is_file():
+        raise FileNotFoundError(
+            f"--weights {directory}: no config.json; expected a Hugging Face GPT-NeoX (Pythia) "
+            "checkpoint directory (config.json, *.safetensors, tokenizer files)"
+        )
+    try:
+        model_type = json.loads(config.read_text()).get("model_type")
+    except (json.JSONDecodeError, AttributeError) as err:
+        raise ValueError(f"--weights {directory}: unreadable config.json ({err})") from None
+    if model_type != "gpt_neox":
+        raise ValueError(
+            f"--weights {directory}: model_type is {model_type!r}, not 'gpt_neox' (Pythia)"
+        )
+    return directory
+
+
+def validate_config(cfg: LoopConfig) -> None:
+    """Eager checks of everything that can be wrong in user input (before any work or writes)."""
+    from llome_jax import ehrlich
+
+    ehrlich.resolve_function(cfg.function, cfg.instance_seed)
+    if cfg.weights is not None:
+        check_weights_dir(cfg.weights)
+    else:
+        from llome_jax.lm.pythia import PythiaConfig
+
+        PythiaConfig.preset(cfg.model, vocab_size=64, **dict(cfg.model_overrides))
+    from llome_jax.ga import GAConfig
+
+    GAConfig(num_particles=cfg.ga_particles, mutation_prob=cfg.ga_mutation_prob)

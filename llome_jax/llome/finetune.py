@@ -1,0 +1,376 @@
+"""Fine-tuning phase of a LLOME round: the training data ``D_i`` and ``Train(theta_i, D_i)``.
+
+* :func:`training_data`: PropEn pairs (SFT, MargE, REINFORCE) or preference triples (DPO) of the
+  labelled set (``llome_jax.llome.data``), subsampled to ``max_train_examples`` and tokenised.
+* :func:`train`: ``epochs`` passes over the units in random order with the loss's optimizer
+  (``train.paper_optimizer``: AdamW, RMSprop for DPO; linear decay; a fresh optimizer every
+  round), the reference log-probs computed once from the round-start policy (the previous round's
+  model), and optional checkpoint selection with the greedy validity gate
+  (``llome_jax.llome.selection``).
+
+Every function takes the explicit :class:`~llome_jax.llome.runtime.Runtime`; jitted steps are
+compiled once per runtime and optimizer configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from llome_jax.llome.config import LoopConfig
+from llome_jax.llome.runtime import Runtime, model_with
+from llome_jax.runner import progress_bar
+
+__all__ = [
+    "eval_step",
+    "loss_params",
+    "microbatches",
+    "optimizer_config",
+    "selection_candidate",
+    "subset",
+    "train",
+    "train_step",
+    "training_data",
+    "training_model",
+]
+
+
+def optimizer_config(cfg: LoopConfig, loss: str, total_steps: int, round_index: int = 2) -> Any:
+    from llome_jax.train import paper_optimizer
+
+    learning_rate = cfg.learning_rate
+    if round_index == 1 and cfg.first_round_learning_rate is not None:
+        learning_rate = cfg.first_round_learning_rate
+    if loss == "dpo":
+        return paper_optimizer(
+            "dpo",
+            max(total_steps, 1),
+            learning_rate=cfg.dpo_learning_rate,
+            warmup_steps=cfg.dpo_warmup_steps,
+        )
+    return paper_optimizer(
+        loss,
+        max(total_steps, 1),
+        learning_rate=learning_rate,
+        weight_decay=cfg.weight_decay,
+        warmup_steps=cfg.warmup_steps,
+    )
+
+
+def train_step(rt: Runtime, cfg: LoopConfig, loss: str, opt_config: Any) -> Any:
+    """The jitted train step of ``loss`` with ``opt_config`` (compiled once per runtime)."""
+    return rt.compiled(
+        ("train", cfg, loss, opt_config), lambda: _make_train_step(rt, cfg, loss, opt_config)
+    )
+
+
+def _make_train_step(rt: Runtime, cfg: LoopConfig, loss: str, opt_config: Any) -> Any:
+    from llome_jax.losses import get_loss
+    from llome_jax.train import make_optimizer, make_train_step
+
+    return make_train_step(
+        get_loss(loss),
+        training_model(rt, cfg, loss),
+        make_optimizer(opt_config),
+        num_microbatches=microbatches(cfg, rt.mesh, cfg.batch_size_for(loss)),
+        max_grad_norm=cfg.max_grad_norm,
+        mesh=rt.mesh,
+    )
+
+
+def microbatches(cfg: LoopConfig, mesh: Any, batch_size: int | None = None) -> int:
+    """The largest ``M <= cfg.num_microbatches`` with ``batch_size % (M * devices) == 0``.
+
+    (Paper: 64 = 32 accumulation steps x 2 GPUs x 1; on 8 devices that becomes 8 x 8 x 1.)
+    """
+    batch_size = cfg.batch_size if batch_size is None else batch_size
+    devices = 1 if mesh is None else int(mesh.devices.size)
+    if batch_size % devices:
+        raise ValueError(
+            f"batch_size {batch_size} must be divisible by the {devices} data-parallel devices"
+        )
+    m = max(1, min(cfg.num_microbatches, batch_size // devices))
+    while batch_size % (m * devices):
+        m -= 1
+    return m
+
+
+def training_model(rt: Runtime, cfg: LoopConfig, loss: str) -> Any:
+    """The model whose graph a round trains (parameters always come from the state): the run's
+    model, or for DPO with ``dpo_compute_dtype`` another matmul dtype, an abstract copy in it."""
+    model = rt.model
+    if loss != "dpo" or cfg.dpo_compute_dtype == model.config.compute_dtype:
+        return model
+    return rt.compiled(
+        ("model_dtype", cfg.dpo_compute_dtype),
+        lambda: _model_in_dtype(rt, cfg.dpo_compute_dtype),
+    )
+
+
+def _model_in_dtype(rt: Runtime, compute_dtype: str) -> Any:
+    from flax import nnx
+
+    from llome_jax.lm.pythia import Pythia
+
+    config = dataclasses.replace(rt.model.config, compute_dtype=compute_dtype)
+    return nnx.eval_shape(lambda: Pythia(config, rngs=nnx.Rngs(0)))
+
+
+def loss_params(cfg: LoopConfig, loss: str) -> Any:
+    from llome_jax.losses import default_params
+
+    params = default_params(loss)
+    if cfg.kl_weight is not None and loss in ("marge", "reinforce"):
+        params = params.replace(kl_weight=float(cfg.kl_weight))
+    if loss == "marge":
+        params = params.replace(weights_sum_to_one=float(cfg.marge_weight_norm == "sum"))
+    return params
+
+
+def training_data(
+    key: jax.Array, rt: Runtime, cfg: LoopConfig, loss: str, x: np.ndarray, v: np.ndarray
+) -> dict[str, Any]:
+    """Pairs (or triples) of ``S_i``, tokenised; ``None``-free dict of numpy arrays."""
+    from llome_jax.llome.data import PropEnConfig, preference_triples, propen_pairs
+
+    k_pairs, k_subset = jax.random.split(key)
+    propen = PropEnConfig(
+        num_neighbours=cfg.num_neighbours,
+        max_distance=cfg.max_distance,
+        max_infeasible_fraction=cfg.max_infeasible_fraction,
+        symmetric=cfg.symmetric_pairs and loss != "dpo",
+    )
+    knn = {"num_states": rt.fn.config.num_states}
+    if loss == "dpo":
+        triples = preference_triples(k_pairs, x, v, propen, **knn)
+        n_candidates = len(triples)
+        rows = subset(k_subset, n_candidates, cfg.max_train_examples)
+        triples = triples.select(rows)
+        prompt, chosen, rejected = triples.gather(x)
+        n = len(triples)
+        ids, tmask, amask = rt.codec.encode_pairs(
+            np.concatenate([prompt, prompt]), np.concatenate([chosen, rejected])
+        )
+        return {
+            "units": n,
+            "num_candidates": n_candidates,
+            "ids": (ids[:n], ids[n:]),
+            "tmask": (tmask[:n], tmask[n:]),
+            "amask": (amask[:n], amask[n:]),
+            "reward": triples.chosen_reward,
+            "seed_index": triples.chosen_index,
+            "seed_value": triples.chosen_value,
+        }
+    pairs = propen_pairs(k_pairs, x, v, propen, **knn)
+    n_candidates = len(pairs)
+    pairs = pairs.select(subset(k_subset, n_candidates, cfg.max_train_examples))
+    inputs, targets = pairs.gather(x)
+    ids, tmask, amask = rt.codec.encode_pairs(inputs, targets)
+    return {
+        "units": len(pairs),
+        "num_candidates": n_candidates,
+        "ids": (ids,),
+        "tmask": (tmask,),
+        "amask": (amask,),
+        "reward": pairs.reward,
+        "seed_index": pairs.target_index,
+        "seed_value": pairs.target_value,
+    }
+
+
+def subset(key: jax.Array, n: int, limit: int | None) -> np.ndarray:
+    """``min(n, limit)`` of ``range(n)`` uniformly at random (all, in order, if within budget)."""
+    if limit is None or n <= limit:
+        return np.arange(n, dtype=np.int64)
+    bits = np.asarray(jax.random.bits(key, (n,), jnp.uint32))
+    return np.sort(np.argsort(bits, kind="stable")[:limit]).astype(np.int64)
+
+
+#: ``fold_in`` salt of the train/validation split key (derived from the round's train key).
+_SPLIT_SALT = 0x5E1EC7
+
+
+def eval_step(rt: Runtime, cfg: LoopConfig, loss: str) -> Any:
+    """The jitted validation-loss step of ``loss`` (compiled once per runtime)."""
+    return rt.compiled(("eval", cfg, loss), lambda: _make_eval_step(rt, cfg, loss))
+
+
+def _make_eval_step(rt: Runtime, cfg: LoopConfig, loss: str) -> Any:
+    from llome_jax.losses import get_loss
+    from llome_jax.train import make_eval_step
+
+    return make_eval_step(
+        get_loss(loss),
+        training_model(rt, cfg, loss),
+        num_microbatches=microbatches(cfg, rt.mesh, cfg.batch_size_for(loss)),
+        mesh=rt.mesh,
+    )
+
+
+def selection_candidate(
+    rt: Runtime,
+    cfg: LoopConfig,
+    loss: str,
+    step: int,
+    params: Any,
+    val: Any,
+    prompts: Any,
+    hparams: Any,
+) -> Any:
+    """``selection.Candidate`` of ``params`` after ``step`` updates: the validation loss (mean
+    over the units of the ``val`` batches ``[(batch, real units)]``) and the greedy gate."""
+    from llome_jax.llome import selection
+
+    evaluate = eval_step(rt, cfg, loss)
+    summed = [evaluate(params, batch, hparams)["loss"] * count for batch, count in val]
+    val_loss = float(np.sum(jax.device_get(summed))) / sum(count for _, count in val)
+    policy = model_with(rt.model, params)
+    gate = selection.greedy_gate(
+        policy, rt.codec, rt.fn, prompts, batch_size=cfg.generation_batch_size, mesh=rt.mesh
+    )
+    return selection.Candidate(step, val_loss, gate)
+
+
+def train(
+    key: jax.Array,
+    rt: Runtime,
+    cfg: LoopConfig,
+    loss: str,
+    data: dict[str, Any],
+    params: Any,
+    progress: bool,
+    epochs: int | None = None,
+    round_index: int = 2,
+) -> tuple[Any, Any, float, dict[str, Any]]:
+    """Train ``params`` on ``data``: ``(params, opt_state, mean loss, info)``.
+
+    ``info``: ``train_steps``, ``learning_rate``. With checkpoint selection for ``loss``
+    (``cfg.select_checkpoint``, ``llome_jax.llome.selection``) training uses the 95 % split of the
+    units, the returned params are the kept checkpoint's (``opt_state`` stays the last step's),
+    and ``info`` adds ``selected_step``, ``selection_passed``, ``val_loss``, ``gate_valid``,
+    ``gate_feasible``, ``selection_history``, ``num_val_units`` and ``time_selection``.
+    """
+    from llome_jax import parallel
+    from llome_jax.llome import selection
+    from llome_jax.losses import LossBatch
+    from llome_jax.train import (
+        TrainBatch,
+        TrainState,
+        compute_logprobs,
+        make_optimizer,
+    )
+    from llome_jax.types import SeqLogProbs
+
+    n = int(data["units"])
+    bsz = cfg.batch_size_for(loss)
+    epochs = cfg.epochs if epochs is None else epochs
+    select = cfg.select_checkpoint and loss in cfg.selection_losses
+    split = selection.split_units(jax.random.fold_in(key, _SPLIT_SALT), n) if select else None
+    train_units, val_units = split if split is not None else (np.arange(n), None)
+    n_train = len(train_units)
+    steps_per_epoch = math.ceil(n_train / bsz)
+    if round_index == 1 and cfg.first_round_min_steps:
+        epochs = max(epochs, math.ceil(cfg.first_round_min_steps / steps_per_epoch))
+    total = steps_per_epoch * epochs
+    opt_config = optimizer_config(cfg, loss, total, round_index)
+    step = train_step(rt, cfg, loss, opt_config)
+    optimizer = make_optimizer(opt_config)
+    ids = np.concatenate(data["ids"])  # [R, T] with R = n (pairs) or 2n (DPO: chosen; rejected)
+    tmask = np.concatenate(data["tmask"])
+    amask = np.concatenate(data["amask"])
+    if loss == "sft":
+        reference = SeqLogProbs(np.zeros(len(ids), np.float32), np.zeros(len(ids), np.float32))
+    else:
+        # The reference is the round-start policy (the previous round's model), scored once.
+        reference = compute_logprobs(
+            training_model(rt, cfg, loss),
+            params,
+            ids,
+            tmask,
+            amask,
+            batch_size=cfg.logprob_batch_size,
+            mesh=rt.mesh,
+            progress=progress,
+        )
+    copies = len(data["ids"])  # 1, or 2 for DPO
+    state = TrainState(
+        params=jax.tree.map(jnp.copy, params),
+        opt_state=optimizer.init(params),
+        step=jnp.zeros((), jnp.int32),
+        key=key,
+    )
+    hparams = loss_params(cfg, loss)
+
+    def make_batch(units: np.ndarray) -> Any:
+        weight = np.ones(bsz, np.float32)
+        if units.size < bsz:  # pad the last batch with weight-0 copies
+            weight[units.size :] = 0.0
+            units = np.concatenate([units, np.full(bsz - units.size, units[0])])
+        rows = np.concatenate([units + c * n for c in range(copies)])
+        batch = TrainBatch.create(
+            ids[rows],
+            tmask[rows],
+            amask[rows],
+            reference=SeqLogProbs(
+                jnp.asarray(reference.sum_logp[rows]), jnp.asarray(reference.num_tokens[rows])
+            ),
+            loss=LossBatch.create(
+                reward=np.asarray(data["reward"], np.float32)[units],
+                weight=weight,
+                group_size=cfg.marge_group_size,
+            ),
+        )
+        return batch if rt.mesh is None else parallel.shard_batch(batch, rt.mesh)
+
+    chosen = selection.Selection(cfg.selection_threshold)
+    saves, val, prompts, best_params, time_selection = frozenset(), [], None, None, 0.0
+    if val_units is not None:
+        saves = frozenset(selection.save_steps(total))
+        val = [
+            (make_batch(u), u.size) for u in np.split(val_units, range(bsz, val_units.size, bsz))
+        ]
+        shown = val_units[: cfg.selection_num_prompts]
+        prompts = selection.prompt_sequences(
+            rt.codec, data["ids"][0][shown], data["amask"][0][shown]
+        )
+    losses: list[jax.Array] = []
+    epoch_keys = jax.random.split(key, epochs)
+    with progress_bar(progress, total=total, desc=f"train {loss}", unit="step") as bar:
+        for epoch in range(epochs):
+            bits = jax.random.bits(epoch_keys[epoch], (n_train,), jnp.uint32)
+            order = train_units[np.argsort(np.asarray(bits))]
+            for s in range(steps_per_epoch):
+                state, metrics = step(state, make_batch(order[s * bsz : (s + 1) * bsz]), hparams)
+                losses.append(metrics["loss"])
+                bar.update(1)
+                done = epoch * steps_per_epoch + s + 1
+                if done in saves:
+                    t = time.perf_counter()
+                    candidate = selection_candidate(
+                        rt, cfg, loss, done, state.params, val, prompts, hparams
+                    )
+                    chosen, is_best = chosen.consider(candidate)
+                    if is_best:  # a host copy: the next step donates state.params
+                        best_params = jax.tree.map(lambda a: np.array(a, copy=True), state.params)
+                    time_selection += time.perf_counter() - t
+    train_loss = float(np.mean(jax.device_get(losses))) if losses else float("nan")
+    info: dict[str, Any] = {"train_steps": total, "learning_rate": opt_config.learning_rate}
+    params_out = state.params
+    if select and val_units is None:
+        reason = f"{n} unit(s): too few to split off validation data; trained on all, kept the last"
+        info.update(selection.skipped_record(total, reason), num_val_units=0, time_selection=0.0)
+    elif select:
+        info.update(chosen.record(), num_val_units=len(val_units), time_selection=time_selection)
+        if chosen.best is not None and chosen.best.step != total:
+            params_out = (
+                jax.tree.map(jnp.asarray, best_params)
+                if rt.mesh is None
+                else parallel.replicate(best_params, rt.mesh)
+            )
+    return params_out, state.opt_state, train_loss, info

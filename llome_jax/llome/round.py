@@ -1,0 +1,223 @@
+"""One LLOME round ``i -> i + 1`` (paper Alg. 1 "LLOME"; App. "Algorithms")::
+
+    D_i       = DatasetFormatting(S_i)               # PropEn pairs (SFT/MargE/REINFORCE) or triples (DPO)
+    theta_i+1 = Train(theta_i, D_i; loss_i)          # reference = theta_i (the previous round's policy)
+    X_i+1     = IterativeRefinement(pi, TopK(S_i))   # temperatures T + offset(mean Hamming of round i)
+    X_i+1     = Filter(X_i+1 minus S, j)             # new only; likelihood quantile, infeasible cap
+    S_i+1     = {(x, f(x)) : x in X_i+1}             # the only oracle calls of the round
+    S         = S u S_i+1                            # the archive (every labelled sequence)
+
+With ``LoopConfig.training_data = "cumulative"`` the round trains on, and takes its seeds from,
+the whole archive ``S`` (the main text's ``D^(i)``) instead of ``S_i``. :func:`llome_round` is a
+deterministic function of ``(state, cfg)`` (and the runtime), so a run resumed from the checkpoint
+of round ``r`` produces the same numbers as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from llome_jax.llome import finetune
+from llome_jax.llome.config import LoopConfig
+from llome_jax.llome.runtime import Runtime, model_with
+from llome_jax.llome.state import STOP_REASONS, LoopState
+from llome_jax.runner import progress_bar
+
+__all__ = ["llome_round"]
+
+
+def llome_round(
+    state: LoopState, rt: Runtime, cfg: LoopConfig, *, progress: bool = False
+) -> tuple[LoopState, dict[str, Any]]:
+    """One LLOME round (module docstring). Deterministic in ``(state, cfg)``; ``state`` is kept.
+
+    Returns:
+      ``(new_state, metrics)``; ``metrics`` holds the ``rounds.jsonl`` fields (except
+      ``seconds``) plus ``loss``, ``num_pairs``, ``num_valid``, ``num_unique``, per-phase
+      ``time_*`` seconds and ``stop_reason``. If ``S_i`` yields no training pairs, the state is
+      returned unchanged except ``stop_code = 3`` and ``metrics["round"]`` is ``None``.
+    """
+    from llome_jax import ehrlich
+    from llome_jax.llome.data import margin_reward, rows_in
+    from llome_jax.llome.filter import FilterConfig, filter_candidates
+    from llome_jax.llome.refine import RefineConfig, iterative_refinement
+    from llome_jax.llome.schedule import TemperatureSchedule, temperature_offset, temperatures
+    from llome_jax.llome.seeds import select_seeds, select_seeds_reference
+    from llome_jax.rundir import round_metrics
+
+    r = state.round_index + 1
+    loss = cfg.loss(r)
+    next_key, round_key = jax.random.split(state.key)
+    k_data, k_train, k_seeds, k_refine, k_filter = jax.random.split(round_key, 5)
+    if cfg.training_data == "cumulative":
+        x_i, v_i = np.asarray(state.archive_sequences), np.asarray(state.archive_values)
+    else:
+        x_i, v_i = state.latest()
+    times: dict[str, float] = {}
+
+    t = time.perf_counter()
+    data = finetune.training_data(k_data, rt, cfg, loss, x_i, v_i)
+    times["time_pairs"] = time.perf_counter() - t
+    if data["units"] == 0:
+        return dataclasses.replace(state, stop_code=jnp.asarray(3, jnp.int32)), {
+            "round": None,
+            "loss": loss,
+            "stop_reason": STOP_REASONS[3],
+        }
+
+    t = time.perf_counter()
+    reference_params = state.params
+    epochs = cfg.first_round_epochs if r == 1 and cfg.first_round_epochs else cfg.epochs
+    params, opt_state, train_loss, train_info = finetune.train(
+        k_train, rt, cfg, loss, data, state.params, progress, epochs, r
+    )
+    times["time_train"] = time.perf_counter() - t
+
+    # Seeds: TopK(S_i, n_s) (paper) or the top training rows by target value (reference).
+    if cfg.seed_rule == "paper":
+        seed_rows = select_seeds(k_seeds, v_i, cfg.num_seeds)
+    else:
+        seed_rows = select_seeds_reference(data["seed_index"], data["seed_value"], cfg.num_seeds)
+    seeds = x_i[seed_rows]
+
+    schedule = TemperatureSchedule(base=tuple(cfg.temperatures), adaptive=cfg.adaptive_temperature)
+    hd = float(state.mean_hamming)
+    if cfg.reset_temperature_at_phase and r > 1 and cfg.loss(r - 1) != loss:
+        hd = float("nan")
+    offset = temperature_offset(None if math.isnan(hd) else hd, schedule)
+    temps = temperatures(offset, schedule)
+
+    t = time.perf_counter()
+    refine_cfg = RefineConfig(
+        num_iterations=cfg.num_iterations,
+        num_samples=cfg.num_samples,
+        greedy=cfg.greedy,
+        top_k=cfg.top_k,
+        batch_size=cfg.generation_batch_size,
+        next_input=cfg.next_input,
+        selection_likelihood=cfg.selection_likelihood,
+    )
+    policy = model_with(rt.model, params)
+    with progress_bar(progress, total=cfg.num_iterations, desc="refine", unit="iter") as bar:
+
+        def report(info: dict[str, Any]) -> None:
+            bar.set_postfix(generated=info["num_generated"], valid=info["num_valid"])
+            bar.update(1)
+
+        refined = iterative_refinement(
+            k_refine,
+            policy,
+            rt.codec,
+            rt.fn,
+            seeds,
+            temps,
+            refine_cfg,
+            mesh=rt.mesh,
+            progress=report,
+        )
+    times["time_generate"] = time.perf_counter() - t
+    candidates = np.asarray(refined.sequences)
+    num_unique = int(candidates.shape[0])
+    archive = np.asarray(state.archive_sequences)
+
+    t = time.perf_counter()
+    filter_cfg = (
+        FilterConfig.paper(cfg.num_selected)
+        if cfg.filter_rule == "paper"
+        else FilterConfig.reference(cfg.num_selected)
+    )
+    chosen = filter_candidates(
+        k_filter,
+        candidates,
+        np.asarray(
+            refined.log_likelihood_raw if cfg.filter_likelihood == "raw" else refined.log_likelihood
+        ),
+        np.asarray(refined.feasible),
+        filter_cfg,
+        exclude=archive if cfg.exclude_labelled else None,
+    )
+    times["time_filter"] = time.perf_counter() - t
+    # candidates not labelled before (GA data, earlier rounds, seeds); the Filter counted them
+    # when it excluded the archive (the candidates are distinct, so its count after dedup is it)
+    num_novel = (
+        chosen.num_novel if cfg.exclude_labelled else int(np.sum(~rows_in(candidates, archive)))
+    )
+
+    t = time.perf_counter()
+    new_x = candidates[chosen.indices].astype(np.int32)
+    if new_x.shape[0]:
+        new_v = np.asarray(ehrlich.evaluate(rt.fn, new_x), np.float32)
+    else:
+        new_v = np.zeros((0,), np.float32)
+    times["time_oracle"] = time.perf_counter() - t
+
+    # Diagnostic only (not oracle budget, never fed back): reward of each labelled edit.
+    inputs = np.asarray(refined.inputs)[chosen.indices]
+    input_v = np.asarray(ehrlich.evaluate(rt.fn, inputs), np.float32) if len(inputs) else new_v
+    rewards = margin_reward(input_v, new_v) if len(new_v) else np.zeros(0)
+
+    archive_x = np.concatenate([np.asarray(state.archive_sequences), new_x])
+    archive_v = np.concatenate([np.asarray(state.archive_values), new_v])
+    archive_r = np.concatenate(
+        [np.asarray(state.archive_rounds), np.full(new_v.shape, r, np.int32)]
+    )
+    num_evaluations = int(state.num_evaluations) + int(new_v.size)
+    stop = 0
+    if archive_v.size and float(np.max(archive_v)) >= 1.0:
+        stop = 1
+    elif num_unique < cfg.min_candidates or new_v.size == 0:
+        stop = 2
+    mean_hamming = float(refined.mean_hamming)
+    new_state = LoopState(
+        round=jnp.asarray(r, jnp.int32),
+        key=next_key,
+        params=params,
+        reference_params=reference_params,
+        opt_state=opt_state,
+        num_evaluations=jnp.asarray(num_evaluations, jnp.int32),
+        mean_hamming=jnp.asarray(mean_hamming, jnp.float32),
+        temperature_offset=jnp.asarray(offset, jnp.float32),
+        stop_code=jnp.asarray(stop, jnp.int32),
+        archive_sequences=archive_x,
+        archive_values=archive_v,
+        archive_rounds=archive_r,
+    )
+    num_generated = int(refined.num_generated)
+    metrics = round_metrics(
+        r,
+        new_x,
+        new_v,
+        archive_v,
+        num_generated=num_generated,
+        num_evaluations=num_evaluations,
+        frac_unique=num_unique / num_generated if num_generated else float("nan"),
+        mean_hamming=mean_hamming,
+        mean_reward=float(np.mean(rewards)) if rewards.size else float("nan"),
+        train_loss=train_loss,
+        temperature_offset=offset,
+    )
+    metrics.update(
+        loss=loss,
+        **train_info,
+        num_pairs=int(data["units"]),
+        num_pair_candidates=int(data["num_candidates"]),
+        num_valid=int(refined.num_valid),
+        num_unique=num_unique,
+        num_novel=num_novel,
+        frac_novel=num_novel / num_unique if num_unique else float("nan"),
+        num_selected=int(new_v.size),
+        frac_feasible_generated=float(np.mean(np.asarray(refined.feasible)))
+        if num_unique
+        else float("nan"),
+        best_value=float(np.max(archive_v)) if archive_v.size else float("nan"),
+        stop_reason=STOP_REASONS[stop],
+        **times,
+    )
+    return new_state, metrics

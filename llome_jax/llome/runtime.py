@@ -1,0 +1,116 @@
+"""What a LLOME run needs besides its configuration and state: the explicit runtime.
+
+:class:`Runtime` holds the objective (the Ehrlich function and its start sequence), the sequence
+codec, the model (an NNX module whose graph every round uses; parameters always come from the
+:class:`~llome_jax.llome.state.LoopState`) and the device mesh. The driver builds it once per run
+with :meth:`Runtime.build` and passes it to every phase; nothing is cached at module level.
+
+The runtime also owns the run's compiled train/eval steps (:meth:`Runtime.compiled`): a new
+optimizer configuration means a new compilation, an old one is reused within the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from llome_jax.llome.config import LoopConfig, check_weights_dir
+
+__all__ = ["Runtime", "initial_params", "model_with", "named_key", "split_model"]
+
+
+def named_key(key: jax.Array, name: str) -> jax.Array:
+    """A key for one-off uses (GA, model init, the loop) derived from the run key
+    (``jax.random.key(seed)``) and a name."""
+    salt = {"ga": 1, "init": 2, "loop": 3}[name]
+    return jax.random.fold_in(key, salt)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Runtime:
+    """The objective, codec, model and mesh of one run (built once by the driver).
+
+    Attributes:
+      fn: the Ehrlich function (``ehrlich.resolve_function``).
+      x0: its start sequence (``ehrlich.resolve_initial_solution``), the GA's initial particle.
+      codec: ``lm.tokenizer.SequenceCodec`` between sequences and token ids.
+      model: the NNX policy model (graph structure + initial parameters).
+      mesh: the data-parallel mesh, or ``None`` (one device).
+    """
+
+    fn: Any
+    x0: Any
+    codec: Any
+    model: Any
+    mesh: Any
+    _compiled: dict[Hashable, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(cls, cfg: LoopConfig) -> Runtime:
+        """The runtime of ``cfg``: resolves the function, builds the tokenizer and the model
+        (from ``cfg.weights``, or from scratch with a seed derived from ``cfg.seed``)."""
+        from flax import nnx
+
+        from llome_jax import ehrlich, parallel
+        from llome_jax.lm.tokenizer import SequenceCodec, load_tokenizer, make_ehrlich_tokenizer
+
+        fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
+        x0 = ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed)
+        num_states, length = fn.config.num_states, fn.config.dim
+        if cfg.weights is not None:
+            from llome_jax.lm.pythia import from_pretrained
+
+            directory = check_weights_dir(cfg.weights)
+            tokenizer = load_tokenizer(directory)
+            model = from_pretrained(directory)
+        else:
+            from llome_jax.lm.pythia import Pythia, PythiaConfig
+
+            tokenizer = make_ehrlich_tokenizer(num_states)
+            codec = SequenceCodec(tokenizer, num_states, length)
+            config = PythiaConfig.preset(
+                cfg.model, vocab_size=codec.vocab_size, **dict(cfg.model_overrides)
+            )
+            init_seed = int(
+                jax.random.randint(named_key(jax.random.key(cfg.seed), "init"), (), 0, 2**31 - 1)
+            )
+            model = Pythia(config, rngs=nnx.Rngs(init_seed))
+        codec = SequenceCodec(tokenizer, num_states, length)
+        mesh = parallel.make_mesh() if cfg.data_parallel and jax.device_count() > 1 else None
+        return cls(fn=fn, x0=x0, codec=codec, model=model, mesh=mesh)
+
+    def compiled(self, key: Hashable, build: Callable[[], Any]) -> Any:
+        """``build()`` once per ``key`` for the life of this runtime (jitted steps, models in
+        another dtype)."""
+        if key not in self._compiled:
+            self._compiled[key] = build()
+        return self._compiled[key]
+
+
+def split_model(model: Any) -> tuple[Any, Any, Any]:
+    """``(graphdef, params, rest)`` of an NNX module (``nnx.Param`` leaves vs the others)."""
+    from flax import nnx
+
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    return graphdef, params, rest
+
+
+def model_with(model: Any, params: Any) -> Any:
+    """A copy of ``model`` carrying ``params`` (a pure dict)."""
+    from flax import nnx
+
+    graphdef, state, rest = split_model(model)
+    nnx.replace_by_pure_dict(state, params)
+    return nnx.merge(graphdef, state, rest)
+
+
+def initial_params(model: Any) -> Any:
+    """A copy of the model's parameters as a pure dict (the state owns it; steps donate it)."""
+    from llome_jax.train import split_params
+
+    _, params, _ = split_params(model)
+    return jax.tree.map(jnp.copy, params)

@@ -1,0 +1,190 @@
+"""One driver for every optimizer: the round protocol and :func:`run`.
+
+An optimizer (the GA, LLOME, LaMBO-2) is a plug-in that implements :class:`RoundOptimizer`, in the
+spirit of evosax's ``init``/``ask``/``tell`` but per round of labels:
+
+* ``init(key) -> (state, RoundResult)``: round 0, the seed data (``n0`` GA generations for LLOME
+  and LaMBO-2) and any initial model;
+* ``round(state) -> (state, RoundResult | None)``: one round, deterministic in ``state``; ``None``
+  when the optimizer stopped before labelling anything (the returned state says why);
+* ``save(manager, state)`` / ``restore(manager) -> state | None``: its checkpoint;
+* ``round_index(state)``, ``stop_reason(state)`` ("" to go on), the log lines and the plot label.
+
+:func:`run` owns everything else, identically for all of them: the run directory
+(``config.json``, ``rounds.jsonl``, ``evaluated.csv``, ``regret.png``, ``checkpoints/``), resume
+with rollback, one checkpoint per round, the per-round ``seconds``, progress lines, the plot and
+the stop conditions. Order per round: compute, append the labelled sequences and the round record,
+then checkpoint; a resume rolls the logs back to the newest readable checkpoint and recomputes the
+rest (identically), so no labelled sequence is lost or duplicated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, Protocol, TypeVar
+
+import jax
+import numpy as np
+
+__all__ = ["RoundOptimizer", "RoundResult", "RunResult", "progress_bar", "run"]
+
+State = TypeVar("State")
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundResult:
+    """What one round labelled, and its record.
+
+    Attributes:
+      sequences: int ``[m, L]`` the sequences labelled this round (``evaluated.csv``).
+      values: float ``[m]`` their values (``-inf`` infeasible).
+      record: the ``rounds.jsonl`` record (``rundir.round_metrics`` fields and the optimizer's
+        own); the driver sets ``seconds``.
+    """
+
+    sequences: np.ndarray
+    values: np.ndarray
+    record: dict[str, Any]
+
+
+class RoundOptimizer(Protocol[State]):
+    """The per-round protocol every optimizer implements (module docstring)."""
+
+    #: ``config.json``'s ``"optimizer"`` and the plot label's prefix.
+    name: str
+
+    def config_dict(self) -> dict[str, Any]:
+        """The JSON configuration recorded in ``config.json`` (without ``"optimizer"``)."""
+        ...
+
+    def total_rounds(self) -> int:
+        """Rounds the run should reach (``config.rounds``)."""
+        ...
+
+    def init(self, key: jax.Array) -> tuple[State, RoundResult]:
+        """Round 0."""
+        ...
+
+    def round(self, state: State, *, progress: bool = False) -> tuple[State, RoundResult | None]:
+        """The next round."""
+        ...
+
+    def round_index(self, state: State) -> int: ...
+
+    def stop_reason(self, state: State) -> str: ...
+
+    def save(self, manager: Any, state: State) -> None: ...
+
+    def restore(self, manager: Any) -> State | None: ...
+
+    def init_line(self, result: RoundResult) -> str: ...
+
+    def round_line(self, record: Mapping[str, Any]) -> str: ...
+
+    def plot(self, run_dir: Any) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult(Generic[State]):
+    """Outcome of :func:`run`: the final state, the records this call wrote, why it stopped early
+    (``""``: it did not) and the run directory."""
+
+    state: State
+    records: list[dict[str, Any]]
+    stop_reason: str
+    path: pathlib.Path
+
+
+def progress_bar(enabled: bool, **kwargs: Any) -> Any:
+    """A transient tqdm bar (a no-op one when ``enabled`` is false)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(disable=not enabled, leave=False, dynamic_ncols=True, **kwargs)
+
+
+def run(
+    optimizer: RoundOptimizer[State],
+    out: str | pathlib.Path,
+    *,
+    seed: int,
+    resume: bool = False,
+    progress: bool = True,
+    max_rounds_this_call: int | None = None,
+    log: Callable[[str], None] = print,
+    extra_config: Mapping[str, Any] | None = None,
+    legacy_values: Mapping[str, Any] | None = None,
+) -> RunResult[State]:
+    """Run (or resume) ``optimizer`` into the run directory ``out``.
+
+    Args:
+      optimizer: the plug-in (already validated: nothing is written if its construction failed).
+      out: the run directory.
+      seed: run seed; round 0 gets ``jax.random.key(seed)``.
+      resume: continue from the newest readable checkpoint (the configuration must match except
+        ``rounds``).
+      progress: one line per round through ``log`` (and the optimizer's own progress bars).
+      max_rounds_this_call: stop after this many rounds in this call (tests, interruptions).
+      log: where the lines go.
+      extra_config: more keys for ``config.json`` (e.g. the CLI's ``loss``).
+      legacy_values: settings added after run directories were made, with the value that
+        reproduces the old behaviour (``RunDirectory.create``).
+
+    Raises:
+      ValueError: ``resume`` on a directory holding a different configuration, or a new run in a
+        directory that holds one; nothing is written then.
+    """
+    from llome_jax.checkpoint import CheckpointManager
+    from llome_jax.rundir import RunDirectory
+
+    config = {"optimizer": optimizer.name, **optimizer.config_dict(), **dict(extra_config or {})}
+    run_dir = RunDirectory.create(
+        out,
+        config,
+        resume=resume,
+        mutable_keys=("rounds", "resume", "out"),
+        legacy_values=legacy_values,
+    )
+    records: list[dict[str, Any]] = []
+    with CheckpointManager(run_dir.checkpoint_dir, max_to_keep=2) as manager:
+        state = optimizer.restore(manager) if resume else None
+        if state is None:
+            run_dir.rollback(-1)
+            t0 = time.perf_counter()
+            state, result = optimizer.init(jax.random.key(seed))
+            run_dir.log_evaluated(0, result.sequences, result.values)
+            records.append(
+                run_dir.log_round({**result.record, "seconds": time.perf_counter() - t0})
+            )
+            optimizer.save(manager, state)
+            if progress:
+                log(optimizer.init_line(result))
+        else:
+            run_dir.rollback(optimizer.round_index(state))
+            if progress:
+                log(f"resuming {run_dir.path} after round {optimizer.round_index(state)}")
+        done_here = 0
+        while optimizer.round_index(state) < optimizer.total_rounds() and not (
+            optimizer.stop_reason(state)
+        ):
+            if max_rounds_this_call is not None and done_here >= max_rounds_this_call:
+                break
+            t0 = time.perf_counter()
+            state, result = optimizer.round(state, progress=progress)
+            if result is None:
+                break
+            seconds = time.perf_counter() - t0
+            run_dir.log_evaluated(optimizer.round_index(state), result.sequences, result.values)
+            records.append(run_dir.log_round({**result.record, "seconds": seconds}))
+            optimizer.plot(run_dir)
+            optimizer.save(manager, state)
+            done_here += 1
+            if progress:
+                log(optimizer.round_line(records[-1]))
+        optimizer.plot(run_dir)
+    reason = optimizer.stop_reason(state)
+    if reason and progress:
+        log(f"stopped early after round {optimizer.round_index(state)}: {reason}")
+    return RunResult(state=state, records=records, stop_reason=reason, path=run_dir.path)
