@@ -127,7 +127,9 @@ def main() -> None:
     stats = design.RegressorStats(jnp.float32(data.y_mean), jnp.float32(data.y_std))
 
     def seeds_fn():
-        idx = design.select_seeds(history.x, history.y, history.t, cfg.num_samples, cfg.alpha)
+        idx = design.select_design_seeds(
+            history.x, history.y, history.t, cfg.num_samples, cfg.alpha
+        )
         seeds = history.x[idx]
         return seeds, design.best_values(mc, theta, stats, seeds)
 

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from llome_jax.metrics import frac_unique, mean_hamming_to_nearest, regret, round_metrics
+
 __all__ = [
     "ROUND_FIELDS",
     "RunDirectory",
@@ -58,71 +60,6 @@ ROUND_FIELDS: tuple[str, ...] = (
     "temperature_offset",
     "seconds",
 )
-
-
-# ---------------------------------------------------------------------------------------------
-# Metrics
-# ---------------------------------------------------------------------------------------------
-def regret(values: Any) -> np.ndarray:
-    """Simple regret ``1 - f(x)``; infeasible (``-inf``) sequences get regret 1."""
-    values = np.asarray(values, dtype=np.float64)
-    return 1.0 - np.where(np.isfinite(values), values, 0.0)
-
-
-def frac_unique(sequences: Any) -> float:
-    """Fraction of distinct rows of ``[n, L]`` (1.0 for an empty batch)."""
-    sequences = np.asarray(sequences)
-    if len(sequences) == 0:
-        return 1.0
-    return float(len(np.unique(sequences, axis=0)) / len(sequences))
-
-
-def mean_hamming_to_nearest(sequences: Any, reference: Any, block: int = 2048) -> float:
-    """Mean over ``sequences`` of the fractional Hamming distance to the nearest ``reference`` row."""
-    sequences, reference = np.asarray(sequences), np.asarray(reference)
-    if len(sequences) == 0 or len(reference) == 0:
-        return float("nan")
-    best = np.full(len(sequences), np.inf)
-    for start in range(0, len(reference), block):
-        chunk = reference[start : start + block]
-        distance = (sequences[:, None, :] != chunk[None, :, :]).mean(-1)
-        best = np.minimum(best, distance.min(axis=1))
-    return float(best.mean())
-
-
-def round_metrics(
-    round_index: int,
-    new_sequences: Any,
-    new_values: Any,
-    all_values: Any,
-    *,
-    num_generated: int | None = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    """The common per-round record.
-
-    Args:
-      round_index: the round number.
-      new_sequences: int ``[m, L]`` the sequences labelled this round.
-      new_values: float ``[m]`` their values.
-      all_values: float ``[N]`` every value labelled so far (this round included);
-        ``num_evaluations = N``.
-      num_generated: candidates generated before filtering (defaults to ``m``).
-      **extra: any other ``ROUND_FIELDS`` (``mean_hamming``, ``train_loss``, ...).
-    """
-    new_values = np.asarray(new_values, dtype=np.float64)
-    all_values = np.asarray(all_values, dtype=np.float64)
-    record: dict[str, Any] = {
-        "round": int(round_index),
-        "num_evaluations": int(all_values.size),
-        "num_generated": int(len(new_values) if num_generated is None else num_generated),
-        "min_regret": float(regret(all_values).min()) if all_values.size else None,
-        "mean_regret": float(regret(new_values).mean()) if new_values.size else None,
-        "frac_feasible": float(np.isfinite(new_values).mean()) if new_values.size else None,
-        "frac_unique": frac_unique(new_sequences),
-    }
-    record.update(extra)
-    return record
 
 
 # ---------------------------------------------------------------------------------------------

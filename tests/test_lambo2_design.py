@@ -79,20 +79,20 @@ def test_seed_selection_tiling_and_fft():
     y = rng.random(50)
     y[:5] = -np.inf
     t = np.repeat([0, 1], 25)
-    idx = D.select_seeds(x, y, t, 20, 0.25)  # K = 5, each used 4 times
+    idx = D.select_design_seeds(x, y, t, 20, 0.25)  # K = 5, each used 4 times
     top = np.argsort(-y)[:5]
     assert len(idx) == 20 and set(idx) == set(top)
     assert np.all(np.bincount(idx, minlength=50)[top] == 4)
-    idx = D.select_seeds(x, y, t, 22, 0.25)  # K = round(5.5) = 6 -> counts 3 or 4
+    idx = D.select_design_seeds(x, y, t, 22, 0.25)  # K = round(5.5) = 6 -> counts 3 or 4
     counts = np.bincount(idx, minlength=50)[np.argsort(-y)[:6]]
     assert len(idx) == 22 and counts.min() >= 3 and counts.max() <= 4
-    idx = D.select_seeds(x[:3], y[:3], t[:3], 10, 0.5)  # K > |H|
+    idx = D.select_design_seeds(x[:3], y[:3], t[:3], 10, 0.5)  # K > |H|
     assert len(idx) == 10 and set(idx) <= {0, 1, 2}
-    idx = D.select_seeds(x, y, t, 10, 2.0)  # FFT over the top 20
+    idx = D.select_design_seeds(x, y, t, 10, 2.0)  # FFT over the top 20
     assert len(set(idx)) == 10 and set(idx) <= set(np.argsort(-y)[:20])
     assert idx[0] == int(np.argmax(y))
     # ties: most recent round first
-    tied = D.select_seeds(x[:2], np.array([0.5, 0.5]), np.array([0, 1]), 1, 0.5)
+    tied = D.select_design_seeds(x[:2], np.array([0.5, 0.5]), np.array([0, 1]), 1, 0.5)
     assert tied.tolist() == [1]
 
 
@@ -109,7 +109,7 @@ def trained():
     data = T.prepare_training_data(x, y, t, TINY, config)
     params, _ = T.fit(jax.random.key(1), M.init_params(jax.random.key(0), TINY), data, TINY, config)
     stats = D.RegressorStats(jnp.float32(data.y_mean), jnp.float32(data.y_std))
-    seeds = x[D.select_seeds(x, y, t, 32, 0.25)]
+    seeds = x[D.select_design_seeds(x, y, t, 32, 0.25)]
     best = D.best_values(TINY, params, stats, seeds)
     return params, stats, best, seeds
 

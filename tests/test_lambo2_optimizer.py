@@ -49,7 +49,7 @@ def test_smoke_run_resume_equals_uninterrupted(tmp_path):
         np.testing.assert_array_equal(yr, np.asarray(ehrlich.evaluate(fn, xr), np.float64))
         assert records[r]["frac_feasible"] == pytest.approx(np.isfinite(yr).mean())
         before = rounds < r
-        index = design.select_seeds(
+        index = design.select_design_seeds(
             x[before], y[before], rounds[before], cfg.num_samples, cfg.alpha
         )
         distance = (xr != x[before][index]).mean()

@@ -153,10 +153,20 @@ def test_generation_metrics_by_hand():
         hamming_distance(inputs, outputs[:, :3])
 
 
-@pytest.mark.parametrize("module", ["neighbours", "data", "filter", "schedule", "seeds", "metrics"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "llome.neighbours",
+        "llome.data",
+        "llome.filter",
+        "llome.temperature",
+        "llome.seeds",
+        "metrics",
+    ],
+)
 def test_docstring_examples(module):
     import doctest
     import importlib
 
-    result = doctest.testmod(importlib.import_module(f"llome_jax.llome.{module}"))
+    result = doctest.testmod(importlib.import_module(f"llome_jax.{module}"))
     assert result.attempted >= 2 and result.failed == 0

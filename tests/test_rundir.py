@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -100,6 +101,7 @@ def test_regret_curve_uses_the_rounds_own_accounting(tmp_path):
 def test_metrics_by_hand():
     np.testing.assert_allclose(rundir.regret([1.0, 0.25, -np.inf]), [0.0, 0.75, 1.0])
     assert rundir.frac_unique(np.array([[1, 2], [1, 2], [2, 1], [0, 0]])) == 0.75
+    assert math.isnan(rundir.frac_unique(np.zeros((0, 2), int)))  # one semantics: NaN -> null
     assert (
         rundir.mean_hamming_to_nearest(
             np.array([[0, 0, 0, 0]]), np.array([[0, 1, 1, 1], [0, 0, 1, 1]])

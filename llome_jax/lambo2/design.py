@@ -75,7 +75,7 @@ __all__ = [
     "member_means",
     "pseudo_log_likelihood",
     "reference_distribution",
-    "select_seeds",
+    "select_design_seeds",
 ]
 
 
@@ -337,7 +337,9 @@ def farthest_first_traversal(sequences: Any, scores: Any, num: int) -> np.ndarra
     return np.asarray(chosen, np.int64)
 
 
-def select_seeds(sequences: Any, values: Any, rounds: Any, num: int, alpha: float) -> np.ndarray:
+def select_design_seeds(
+    sequences: Any, values: Any, rounds: Any, num: int, alpha: float
+) -> np.ndarray:
     """Indices of the ``num`` seed sequences of a round (poli-baselines; duplicates allowed).
 
     Rows are ranked by observed value (infeasible last; ties: most recent round first, then lower
@@ -349,7 +351,7 @@ def select_seeds(sequences: Any, values: Any, rounds: Any, num: int, alpha: floa
     y = np.asarray(values, dtype=np.float64)
     t = np.asarray(rounds, dtype=np.int64)
     if not (len(x) == len(y) == len(t)) or len(x) == 0:
-        raise ValueError("select_seeds needs a non-empty history of matching lengths.")
+        raise ValueError("select_design_seeds needs a non-empty history of matching lengths.")
     if num < 1 or not alpha > 0:
         raise ValueError(f"num must be >= 1 and alpha > 0, got {num!r}, {alpha!r}.")
     y_key = np.where(np.isfinite(y), y, -np.inf)

@@ -6,7 +6,7 @@ Run (``n`` sequences per round, ``R`` rounds)::
     θ0  = fit(fresh model, S)                                        # the initial fit, kept
     for r in 1..R:
         θ      = fit(θ0, S)                  # retrain from θ0: fresh Adam, fresh schedule, E epochs
-        seeds  = select_seeds(S, n, alpha)   # top alpha n tiled (alpha <= 1) or FFT (alpha > 1)
+        seeds  = select_design_seeds(S, n, alpha)  # top alpha n tiled (alpha <= 1) or FFT (alpha > 1)
         best_e = max_j mu_e(seed_j)
         X      = design_round(θ, seeds)      # S design steps, n proposals, no de-duplication
         S      = S u {(x, f(x), r) : x in X} # the only oracle calls of the round
@@ -217,7 +217,7 @@ def lambo2_round(
     jax.block_until_ready(params)
     t1 = time.perf_counter()
     stats = lambo_design.RegressorStats(jnp.float32(data.y_mean), jnp.float32(data.y_std))
-    seed_index = lambo_design.select_seeds(
+    seed_index = lambo_design.select_design_seeds(
         history.x, history.y, history.t, cfg.num_samples, cfg.alpha
     )
     seeds = history.x[seed_index]

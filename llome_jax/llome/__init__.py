@@ -1,12 +1,10 @@
 """LLOME (paper Alg. 1, App. "Algorithms"): the data side of the bilevel loop.
 
 * :mod:`~llome_jax.llome.neighbours`: exact Hamming kNN (bit-packed, blocked, JAX).
-* :mod:`~llome_jax.llome.data`: PropEn pairs (SFT/MargE), preference triples (DPO), train/val split,
-  margin reward.
+* :mod:`~llome_jax.llome.data`: PropEn pairs (SFT/MargE), preference triples (DPO), train/val split.
 * :mod:`~llome_jax.llome.filter`: the Filter step choosing the ``j`` sequences to label.
-* :mod:`~llome_jax.llome.schedule`: the Hamming-driven temperature schedule.
+* :mod:`~llome_jax.llome.temperature`: the Hamming-driven temperature schedule.
 * :mod:`~llome_jax.llome.seeds`: refinement seeds and the next-input rule.
-* :mod:`~llome_jax.llome.metrics`: per-round generation metrics.
 
 Paper-vs-reference choices are listed in docs/design/llome_data.md.
 """
@@ -17,13 +15,20 @@ from llome_jax.llome.data import (
     PropEnPairs,
     cap_infeasible_inputs,
     first_occurrences,
-    margin_reward,
     preference_triples,
     propen_pairs,
     train_val_split,
 )
 from llome_jax.llome.filter import FilterConfig, FilterResult, filter_candidates
-from llome_jax.llome.metrics import (
+from llome_jax.llome.neighbours import HammingNeighbours, hamming_neighbours, max_differences
+from llome_jax.llome.seeds import next_refinement_inputs, select_seeds, select_seeds_reference
+from llome_jax.llome.temperature import (
+    DEFAULT_TEMPERATURES,
+    TemperatureSchedule,
+    temperature_offset,
+    temperatures,
+)
+from llome_jax.metrics import (
     frac_improved,
     frac_novel,
     frac_unique,
@@ -32,14 +37,6 @@ from llome_jax.llome.metrics import (
     mean_hamming_distance,
     mean_reward,
 )
-from llome_jax.llome.neighbours import HammingNeighbours, hamming_neighbours, max_differences
-from llome_jax.llome.schedule import (
-    DEFAULT_TEMPERATURES,
-    TemperatureSchedule,
-    temperature_offset,
-    temperatures,
-)
-from llome_jax.llome.seeds import next_refinement_inputs, select_seeds, select_seeds_reference
 
 __all__ = [
     "DEFAULT_TEMPERATURES",
@@ -59,7 +56,6 @@ __all__ = [
     "generation_metrics",
     "hamming_distance",
     "hamming_neighbours",
-    "margin_reward",
     "max_differences",
     "mean_hamming_distance",
     "mean_reward",

@@ -13,7 +13,7 @@ import json
 import pathlib
 from typing import Any
 
-from llome_jax.llome.schedule import DEFAULT_TEMPERATURES
+from llome_jax.llome.temperature import DEFAULT_TEMPERATURES
 
 __all__ = [
     "LEGACY_VALUES",

@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from llome_jax.llome.neighbours import HammingNeighbours, hamming_neighbours
+from llome_jax.losses import margin_reward
 
 __all__ = [
     "PreferenceTriples",
@@ -51,7 +52,6 @@ __all__ = [
     "PropEnPairs",
     "cap_infeasible_inputs",
     "first_occurrences",
-    "margin_reward",
     "preference_triples",
     "propen_pairs",
     "rows_in",
@@ -197,17 +197,6 @@ class PreferenceTriples:
 # ---------------------------------------------------------------------------------------------
 # Small shared pieces
 # ---------------------------------------------------------------------------------------------
-def margin_reward(input_value: Any, target_value: Any) -> np.ndarray:
-    """:func:`llome_jax.losses.margin_reward` (``max(f(y) - f(x), 0)``, infeasible read as 0) as numpy.
-
-    Returns:
-      float32 array, ``>= 0``; ``f(y)`` when ``x`` is infeasible, ``0`` when ``y`` is.
-    """
-    from llome_jax.losses import margin_reward as _margin_reward
-
-    return np.asarray(_margin_reward(input_value, target_value))
-
-
 def first_occurrences(sequences: Any) -> np.ndarray:
     """Indices of the first occurrence of every distinct row, in their original order.
 
@@ -413,7 +402,7 @@ def propen_pairs(
         input_value=input_value,
         target_value=target_value,
         distance=(dists.astype(np.float32) / np.float32(x.shape[1])).astype(np.float32),
-        reward=margin_reward(input_value, target_value),
+        reward=np.asarray(margin_reward(input_value, target_value)),
         num_candidates=int(code.size),
         num_infeasible_candidates=int(infeasible.sum()),
     )
@@ -494,7 +483,7 @@ def preference_triples(
         prompt_value=prompt_value,
         chosen_value=chosen_value,
         rejected_value=vu[rejected],
-        chosen_reward=margin_reward(prompt_value, chosen_value),
+        chosen_reward=np.asarray(margin_reward(prompt_value, chosen_value)),
         num_candidates=num_candidates,
         num_infeasible_candidates=num_infeasible_candidates,
     )

@@ -45,11 +45,12 @@ def llome_round(
       returned unchanged except ``stop_code = 3`` and ``metrics["round"]`` is ``None``.
     """
     from llome_jax import ehrlich
-    from llome_jax.llome.data import margin_reward, rows_in
+    from llome_jax.llome.data import rows_in
     from llome_jax.llome.filter import FilterConfig, filter_candidates
     from llome_jax.llome.refine import RefineConfig, iterative_refinement
-    from llome_jax.llome.schedule import TemperatureSchedule, temperature_offset, temperatures
     from llome_jax.llome.seeds import select_seeds, select_seeds_reference
+    from llome_jax.llome.temperature import TemperatureSchedule, temperature_offset, temperatures
+    from llome_jax.losses import margin_reward
     from llome_jax.rundir import round_metrics
 
     r = state.round_index + 1
@@ -161,7 +162,7 @@ def llome_round(
     # Diagnostic only (not oracle budget, never fed back): reward of each labelled edit.
     inputs = np.asarray(refined.inputs)[chosen.indices]
     input_v = np.asarray(ehrlich.evaluate(rt.fn, inputs), np.float32) if len(inputs) else new_v
-    rewards = margin_reward(input_v, new_v) if len(new_v) else np.zeros(0)
+    rewards = np.asarray(margin_reward(input_v, new_v)) if len(new_v) else np.zeros(0)
 
     archive_x = np.concatenate([np.asarray(state.archive_sequences), new_x])
     archive_v = np.concatenate([np.asarray(state.archive_values), new_v])

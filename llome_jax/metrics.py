@@ -1,10 +1,15 @@
-"""Per-round metrics specific to LLOME's generations (``rounds.jsonl``, docs/design/llome_loop.md).
+"""Optimisation metrics, one definition each (``rounds.jsonl`` fields; paper Sec. 4.2).
 
-Generic optimisation metrics (min/mean regret, feasible share of the labelled set) live with the
-run directory; these describe the *proposals* of iterative refinement relative to their prompts:
-edit size (``mean_hamming``, also the input of the temperature schedule), diversity
-(``frac_unique``) and improvement (``mean_reward``, ``frac_improved``). All take host arrays and
-return Python floats; empty inputs give NaN (write it as null).
+* Generic, for every optimizer: :func:`regret` (``1 - f(x)``, infeasible = 1),
+  :func:`frac_unique`, :func:`mean_hamming_to_nearest` and :func:`round_metrics`, the common
+  per-round record (``min_regret`` over every labelled sequence so far, ``mean_regret`` and
+  ``frac_feasible`` over the round's).
+* Of LLOME's proposals relative to their prompts: edit size (:func:`hamming_distance`,
+  :func:`mean_hamming_distance`, the temperature schedule's input), novelty
+  (:func:`frac_novel`) and improvement (:func:`mean_reward`, :func:`frac_improved`), collected by
+  :func:`generation_metrics`.
+
+All take host arrays and return Python floats; an empty input gives NaN (written as null).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from llome_jax.llome.data import first_occurrences, margin_reward, rows_in
+from llome_jax.losses import margin_reward
 
 __all__ = [
     "frac_improved",
@@ -22,8 +27,78 @@ __all__ = [
     "generation_metrics",
     "hamming_distance",
     "mean_hamming_distance",
+    "mean_hamming_to_nearest",
     "mean_reward",
+    "regret",
+    "round_metrics",
 ]
+
+
+def regret(values: Any) -> np.ndarray:
+    """Simple regret ``1 - f(x)``; infeasible (``-inf``) sequences get regret 1."""
+    values = np.asarray(values, dtype=np.float64)
+    return 1.0 - np.where(np.isfinite(values), values, 0.0)
+
+
+def frac_unique(sequences: Any) -> float:
+    """Distinct sequences / sequences (``[n, L]``); NaN for an empty batch (written as null).
+
+    Example:
+      >>> frac_unique([[0, 1], [0, 1], [1, 0], [2, 2]])
+      0.75
+    """
+    x = np.asarray(sequences)
+    if x.ndim != 2:
+        raise ValueError(f"sequences must be [n, L]; got shape {x.shape}.")
+    return float(len(np.unique(x, axis=0)) / x.shape[0]) if x.shape[0] else float("nan")
+
+
+def mean_hamming_to_nearest(sequences: Any, reference: Any, block: int = 2048) -> float:
+    """Mean over ``sequences`` of the fractional Hamming distance to the nearest ``reference`` row."""
+    sequences, reference = np.asarray(sequences), np.asarray(reference)
+    if len(sequences) == 0 or len(reference) == 0:
+        return float("nan")
+    best = np.full(len(sequences), np.inf)
+    for start in range(0, len(reference), block):
+        chunk = reference[start : start + block]
+        distance = (sequences[:, None, :] != chunk[None, :, :]).mean(-1)
+        best = np.minimum(best, distance.min(axis=1))
+    return float(best.mean())
+
+
+def round_metrics(
+    round_index: int,
+    new_sequences: Any,
+    new_values: Any,
+    all_values: Any,
+    *,
+    num_generated: int | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The common per-round record.
+
+    Args:
+      round_index: the round number.
+      new_sequences: int ``[m, L]`` the sequences labelled this round.
+      new_values: float ``[m]`` their values.
+      all_values: float ``[N]`` every value labelled so far (this round included);
+        ``num_evaluations = N``.
+      num_generated: candidates generated before filtering (defaults to ``m``).
+      **extra: any other ``ROUND_FIELDS`` (``mean_hamming``, ``train_loss``, ...).
+    """
+    new_values = np.asarray(new_values, dtype=np.float64)
+    all_values = np.asarray(all_values, dtype=np.float64)
+    record: dict[str, Any] = {
+        "round": int(round_index),
+        "num_evaluations": int(all_values.size),
+        "num_generated": int(len(new_values) if num_generated is None else num_generated),
+        "min_regret": float(regret(all_values).min()) if all_values.size else None,
+        "mean_regret": float(regret(new_values).mean()) if new_values.size else None,
+        "frac_feasible": float(np.isfinite(new_values).mean()) if new_values.size else None,
+        "frac_unique": frac_unique(new_sequences),
+    }
+    record.update(extra)
+    return record
 
 
 def _pair(inputs: Any, outputs: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -51,23 +126,10 @@ def mean_hamming_distance(inputs: Any, outputs: Any) -> float:
 
     The authors' code's ``hd`` (its ``get_temperatures`` input): every valid generated sequence vs.
     its prompt, before deduplication; it drives
-    :func:`~llome_jax.llome.schedule.temperature_offset`.
+    :func:`~llome_jax.llome.temperature.temperature_offset`.
     """
     d = hamming_distance(inputs, outputs)
     return float(np.mean(d, dtype=np.float64)) if d.size else float("nan")
-
-
-def frac_unique(sequences: Any) -> float:
-    """Distinct sequences / sequences (``[n, L]``); NaN for an empty batch.
-
-    Example:
-      >>> frac_unique([[0, 1], [0, 1], [1, 0], [2, 2]])
-      0.75
-    """
-    x = np.asarray(sequences)
-    if x.ndim != 2:
-        raise ValueError(f"sequences must be [n, L]; got shape {x.shape}.")
-    return first_occurrences(x).size / x.shape[0] if x.shape[0] else float("nan")
 
 
 def frac_novel(sequences: Any, known: Any) -> float:
@@ -84,6 +146,8 @@ def frac_novel(sequences: Any, known: Any) -> float:
         )
     if x.shape[0] == 0:
         return float("nan")
+    from llome_jax.llome.data import rows_in
+
     return float(np.mean(~rows_in(x, k)))
 
 
@@ -94,7 +158,7 @@ def mean_reward(input_values: Any, output_values: Any) -> float:
       >>> mean_reward([0.25, 0.5, -float("inf")], [0.75, 0.25, 0.5])   # rewards 0.5, 0, 0.5
       0.3333333333333333
     """
-    r = margin_reward(input_values, output_values)
+    r = np.asarray(margin_reward(input_values, output_values))
     return float(np.mean(r, dtype=np.float64)) if r.size else float("nan")
 
 
