@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from llome_jax.commands._common import add_run_arguments, run_overrides
+
 NAME = "lambo2"
 HELP = (
     "Optimise an Ehrlich function with LaMBO-2 (JAX port); resumable, writes rounds.jsonl, "
@@ -13,23 +15,12 @@ ORDER = 40
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--function",
-        default="f2",
-        help="f1..f4, a paper Ehr name, or 'Ehr(v,L)-c-k-q' with --instance-seed (default f2)",
+    add_run_arguments(
+        parser,
+        what="LaMBO-2",
+        presets=("smoke", "cpu", "paper"),
+        preset_help="paper protocol, small CNN",
     )
-    parser.add_argument(
-        "--instance-seed", type=int, default=None, help="sample the function with this seed"
-    )
-    parser.add_argument(
-        "--preset",
-        default="cpu",
-        help="smoke (seconds) | cpu (paper protocol, small CNN; default) | paper",
-    )
-    parser.add_argument("--rounds", type=int, default=None, help="LaMBO-2 rounds (preset: 10)")
-    parser.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
-    parser.add_argument("--out", required=True, help="run directory")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out")
     parser.add_argument(
         "--num-samples", type=int, default=None, help="n, proposals per round (preset value)"
     )
@@ -49,26 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="shard the design population over this many devices (default: no mesh)",
     )
-    parser.add_argument("--no-progress", action="store_true", help="no per-round lines")
 
 
 def build_config(args: argparse.Namespace):  # -> Lambo2Config
     """The :class:`Lambo2Config` for the parsed arguments (``ValueError`` on bad input)."""
-    from llome_jax import ehrlich
     from llome_jax.lambo2.optimizer import PRESETS, preset
 
-    if args.preset not in PRESETS:
-        raise ValueError(f"unknown preset {args.preset!r}; choose one of {sorted(PRESETS)}")
-    ehrlich.resolve_function(args.function, args.instance_seed)  # clear error for a bad name
-    overrides: dict = {
-        "function": args.function,
-        "instance_seed": args.instance_seed,
-        "seed": args.seed,
-    }
-    if args.rounds is not None:
-        if args.rounds < 1:
-            raise ValueError("--rounds must be >= 1")
-        overrides["rounds"] = args.rounds
+    overrides = run_overrides(args, PRESETS)
     if args.num_samples is not None:
         overrides["num_samples"] = args.num_samples
     if args.epochs is not None:

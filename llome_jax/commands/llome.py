@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from llome_jax.commands._common import add_run_arguments, run_overrides
+
 NAME = "llome"
 HELP = (
     "Optimise an Ehrlich function with LLOME (bilevel LLM loop); resumable, writes rounds.jsonl, "
@@ -13,14 +15,8 @@ ORDER = 30
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--function",
-        default=None,
-        help="f1..f4, a paper Ehr name, or 'Ehr(v,L)-c-k-q' with --instance-seed (default: the "
-        "preset's, f2 for cpu/paper)",
-    )
-    parser.add_argument(
-        "--instance-seed", type=int, default=None, help="sample the function with this seed"
+    add_run_arguments(
+        parser, what="LLOME", presets=("smoke", "cpu", "paper"), preset_help="small model, 2 cores"
     )
     parser.add_argument(
         "--loss",
@@ -33,19 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="explicit loss schedule, e.g. 'sft:1,marge:9' (overrides --loss)",
     )
     parser.add_argument(
-        "--preset", default="cpu", help="smoke | cpu | paper (default cpu: small model, 2 cores)"
-    )
-    parser.add_argument("--rounds", type=int, default=None, help="LLOME rounds (preset: 10)")
-    parser.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
-    parser.add_argument("--out", required=True, help="run directory")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out")
-    parser.add_argument(
         "--weights", default=None, help="GPT-NeoX (Pythia) checkpoint directory (paper preset)"
     )
     parser.add_argument(
         "--num-selected", type=int, default=None, help="j, labels per round (preset value)"
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars / lines")
 
 
 def build_config(args: argparse.Namespace):  # -> LoopConfig
@@ -53,20 +41,12 @@ def build_config(args: argparse.Namespace):  # -> LoopConfig
     from llome_jax.llome.loop import parse_schedule, schedule_for_loss
     from llome_jax.llome.presets import PRESETS, preset
 
-    if args.preset not in PRESETS:
-        raise ValueError(f"unknown preset {args.preset!r}; choose one of {sorted(PRESETS)}")
-    rounds = args.rounds if args.rounds is not None else PRESETS[args.preset].get("rounds", 10)
-    if rounds < 1:
-        raise ValueError("--rounds must be >= 1")
+    overrides = run_overrides(args, PRESETS)
+    overrides.setdefault("rounds", PRESETS[args.preset].get("rounds", 10))
     if args.schedule:
-        schedule = parse_schedule(args.schedule)
+        overrides["schedule"] = parse_schedule(args.schedule)
     else:
-        schedule = schedule_for_loss(args.loss)
-    overrides = dict(schedule=schedule, rounds=rounds, seed=args.seed)
-    if args.function is not None:
-        overrides.update(function=args.function, instance_seed=args.instance_seed)
-    elif args.instance_seed is not None:
-        raise ValueError("--instance-seed needs --function")
+        overrides["schedule"] = schedule_for_loss(args.loss)
     if args.weights is not None:
         overrides["weights"] = args.weights
     if args.num_selected is not None:

@@ -1,0 +1,68 @@
+"""Flags shared by the optimizer commands (``llome``, ``lambo2``), declared once.
+
+``add_run_arguments`` adds ``--function``, ``--instance-seed``, ``--preset``, ``--rounds``,
+``--seed``, ``--out``, ``--resume`` and ``--no-progress`` with one meaning and one default each;
+``run_overrides`` turns them into configuration overrides (only what was given, so a preset keeps
+its own function and number of rounds).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["add_run_arguments", "run_overrides"]
+
+
+def add_run_arguments(
+    parser: argparse.ArgumentParser, *, what: str, presets: Iterable[str], preset_help: str
+) -> None:
+    """Add the common flags of an optimizer command (``what``: its name in the help texts)."""
+    parser.add_argument(
+        "--function",
+        default=None,
+        help="f1..f4, a paper Ehr name, or 'Ehr(v,L)-c-k-q' with --instance-seed (default: the "
+        "preset's, f2 for cpu/paper)",
+    )
+    parser.add_argument(
+        "--instance-seed",
+        type=int,
+        default=None,
+        help="sample the --function 'Ehr(v,L)-c-k-q' with this seed",
+    )
+    parser.add_argument(
+        "--preset",
+        default="cpu",
+        help=f"{' | '.join(presets)} (default cpu: {preset_help})",
+    )
+    parser.add_argument("--rounds", type=int, default=None, help=f"{what} rounds (preset: 10)")
+    parser.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    parser.add_argument("--out", required=True, help="run directory")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars / lines")
+
+
+def run_overrides(args: argparse.Namespace, presets: Iterable[str]) -> dict[str, Any]:
+    """``seed`` and, where given, ``function``/``instance_seed`` and ``rounds``.
+
+    Raises:
+      ValueError: unknown preset, ``--rounds < 1``, ``--instance-seed`` without ``--function``,
+        or a function name that does not resolve.
+    """
+    from llome_jax import ehrlich
+
+    presets = sorted(presets)
+    if args.preset not in presets:
+        raise ValueError(f"unknown preset {args.preset!r}; choose one of {presets}")
+    overrides: dict[str, Any] = {"seed": args.seed}
+    if args.function is not None:
+        ehrlich.resolve_function(args.function, args.instance_seed)  # a clear error if bad
+        overrides.update(function=args.function, instance_seed=args.instance_seed)
+    elif args.instance_seed is not None:
+        raise ValueError("--instance-seed needs --function")
+    if args.rounds is not None:
+        if args.rounds < 1:
+            raise ValueError("--rounds must be >= 1")
+        overrides["rounds"] = args.rounds
+    return overrides
