@@ -24,7 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--generations", type=int, default=1000, help="generations per seed (default 1000)"
     )
     parser.add_argument(
-        "--seeds", type=int, default=8, help="number of independent runs (default 8)"
+        "--seeds",
+        type=int,
+        default=None,
+        help="number of independent runs (default 8; 1 with --rounds)",
     )
     parser.add_argument(
         "--seed", type=int, default=0, help="first run seed (runs use seed, seed+1, ...)"
@@ -42,6 +45,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", required=True, help="output directory (trace.csv, summary.json, regret.png)"
     )
     parser.add_argument("--no-progress", action="store_true", help="disable the progress bar")
+    rounds = parser.add_argument_group(
+        "round mode",
+        "with --rounds, one run (--seed) under the round driver, writing the run directory of "
+        "llome and lambo2 (config.json, rounds.jsonl, evaluated.csv, regret.png, checkpoints/; "
+        "resumable): round 0 = --initial-generations generations (LLOME's seed data), then "
+        "--generations-per-round generations per round (2 x 1000 particles = LLOME's j)",
+    )
+    rounds.add_argument("--rounds", type=int, default=None, help="rounds after round 0")
+    rounds.add_argument(
+        "--initial-generations", type=int, default=10, help="n0, generations of round 0 (10)"
+    )
+    rounds.add_argument(
+        "--generations-per-round", type=int, default=2, help="generations per later round (2)"
+    )
+    rounds.add_argument("--resume", action="store_true", help="continue the run in --out")
+
+
+def _run_rounds(args: argparse.Namespace, config) -> int:  # config: ga.GAConfig
+    from llome_jax.ga_optimizer import GARunConfig, run
+
+    if args.seeds != 1:
+        raise ValueError("--rounds runs one seed (--seed); leave --seeds at 1")
+    cfg = GARunConfig(
+        function=args.function,
+        instance_seed=args.instance_seed,
+        seed=args.seed,
+        rounds=args.rounds,
+        initial_generations=args.initial_generations,
+        generations_per_round=args.generations_per_round,
+        ga=config,
+    )
+    result = run(cfg, args.out, resume=args.resume, progress=not args.no_progress)
+    if result.records:
+        last = result.records[-1]
+        print(
+            f"GA on {cfg.function}: round {last['round']}, {last['num_evaluations']} evaluations, "
+            f"min regret {last['min_regret']:.4f}; wrote {result.path}"
+        )
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,14 +99,18 @@ def run(args: argparse.Namespace) -> int:
     from llome_jax import ehrlich, ga
     from llome_jax.rundir import RunDirectory, atomic_write_text, plot_regret_curves
 
-    if args.generations < 1 or args.seeds < 1 or args.segment < 1:
-        raise ValueError("--generations, --seeds and --segment must be positive")
     config = ga.GAConfig(
         num_particles=args.particles,
         survival_quantile=args.survival_quantile,
         mutation_prob=args.mutation_prob,
         recombine_prob=args.recombine_prob,
     )
+    if args.rounds is not None:
+        args.seeds = 1 if args.seeds is None else args.seeds
+        return _run_rounds(args, config)
+    args.seeds = 8 if args.seeds is None else args.seeds
+    if args.generations < 1 or args.seeds < 1 or args.segment < 1:
+        raise ValueError("--generations, --seeds and --segment must be positive")
     fn = ehrlich.resolve_function(args.function, args.instance_seed)
     x0 = ga.validate_ga_inputs(
         fn, ehrlich.resolve_initial_solution(args.function, args.instance_seed), config

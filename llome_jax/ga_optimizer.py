@@ -1,0 +1,220 @@
+"""The GA as a round-driver optimizer: the same run directory, resume and budget as LLOME and LaMBO-2.
+
+What a GA *round* is: a block of generations of ``n`` particles, every particle one oracle call.
+
+* Round 0 is the first ``n0`` generations (default 10): with the same run seed it is exactly the
+  seed data LLOME starts from (``ga.run_archive`` with the run key's ``"ga"`` sub-key), so the
+  three optimizers' curves share their first ``n0 n`` evaluations (paper Fig. 3: "the first 10K
+  test function evaluations ... correspond to the solutions produced by the GA pre-solver").
+* Every later round is ``generations_per_round`` more generations (default 2, i.e. 2,000 labels at
+  ``n = 1000``: LLOME's and LaMBO-2's ``j``), so equal rounds mean equal label budgets.
+
+The generations of all rounds together are one uninterrupted GA run (``ga.run`` with ``n0 + R G``
+generations gives the same populations): generation ``g`` uses key ``g`` of
+``split(run_key, total)``, and a prefix of a split does not depend on its length (JAX's
+partitionable threefry). ``evaluated.csv`` holds the distinct sequences of each round (first
+occurrence within the round, in evaluation order); ``num_evaluations`` counts every particle
+(``n`` per generation), duplicates included, as the paper does; ``min_regret`` is over every
+particle so far.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import pathlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from llome_jax import ga
+from llome_jax.runner import RoundResult, RunResult
+from llome_jax.runner import run as run_rounds
+
+__all__ = ["GARoundState", "GARunConfig", "GeneticAlgorithm", "run"]
+
+
+@dataclasses.dataclass(frozen=True)
+class GARunConfig:
+    """A GA run under the round driver.
+
+    Attributes:
+      function / instance_seed: the Ehrlich function (``ehrlich.resolve_function``) [f2].
+      seed: run seed. rounds: rounds after round 0 [10].
+      initial_generations: ``n0``, the generations of round 0 [10].
+      generations_per_round: ``G``, the generations of every later round [2: ``2 n`` labels].
+      ga: the GA's settings (population ``n``, ``alpha``, ``p_m``, ``p_r``; the paper's defaults).
+    """
+
+    function: str = "f2"
+    instance_seed: int | None = None
+    seed: int = 0
+    rounds: int = 10
+    initial_generations: int = 10
+    generations_per_round: int = 2
+    ga: ga.GAConfig = dataclasses.field(default_factory=ga.GAConfig)
+
+    def __post_init__(self) -> None:
+        for name in ("rounds", "initial_generations", "generations_per_round"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer; got {value!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass, data_fields=["ga_state", "run_key"], meta_fields=[]
+)
+@dataclasses.dataclass(frozen=True)
+class GARoundState:
+    """What the GA carries between rounds (a pytree, checkpointed whole).
+
+    Attributes:
+      ga_state: the ``ga.GAState`` after the last generation (its ``generation`` counts them).
+      run_key: the key whose split gives every generation its key (``ga.start``).
+    """
+
+    ga_state: Any
+    run_key: Any
+
+
+class GeneticAlgorithm:
+    """The paper's GA as a :class:`~llome_jax.runner.RoundOptimizer` over :class:`GARoundState`.
+
+    Construction resolves the function and checks the start sequence (clear errors first).
+    """
+
+    name = "ga"
+
+    def __init__(self, cfg: GARunConfig) -> None:
+        from llome_jax import ehrlich
+
+        self.cfg = cfg
+        self.fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
+        x0 = ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed)
+        self.x0 = ga.validate_ga_inputs(self.fn, x0, cfg.ga)
+
+    def config_dict(self) -> dict[str, Any]:
+        return self.cfg.to_dict()
+
+    def total_rounds(self) -> int:
+        return self.cfg.rounds
+
+    def _generations_done(self, round_index: int) -> int:
+        return self.cfg.initial_generations + round_index * self.cfg.generations_per_round
+
+    def _advance(self, state: GARoundState, start: int, stop: int) -> tuple[Any, Any, Any]:
+        keys = jax.random.split(state.run_key, stop)[start:]
+        ga_state, (trace, populations, values) = ga.advance(
+            state.ga_state, keys, self.fn, self.cfg.ga, keep_populations=True
+        )
+        archive = ga.archive_from_trajectory(populations, values, self.fn.config.num_states)
+        x, v, _ = archive.to_numpy()
+        return ga_state, trace, (x.astype(np.int32), np.where(np.isfinite(v), v, -np.inf))
+
+    def _result(
+        self, round_index: int, ga_state: Any, trace: Any, x: np.ndarray, v: np.ndarray
+    ) -> RoundResult:
+        from llome_jax.metrics import regret, round_metrics
+
+        num_generated = int(trace.num_evaluations.shape[0]) * self.cfg.ga.num_particles
+        best = float(ga_state.best_value)
+        record = round_metrics(
+            round_index,
+            x,
+            v,
+            v,
+            num_generated=num_generated,
+            num_evaluations=int(ga_state.num_evaluations),
+            min_regret=float(regret([best])[0]),
+            best_value=best,
+            generations=int(ga_state.generation),
+        )
+        return RoundResult(x, v.astype(np.float64), record)
+
+    def init(self, key: jax.Array) -> tuple[GARoundState, RoundResult]:
+        """Round 0: ``n0`` generations from the mutated copies of the start sequence."""
+        from llome_jax.llome.runtime import named_key
+
+        ga_state, run_key = ga.start(named_key(key, "ga"), self.fn, self.x0, self.cfg.ga)
+        state = GARoundState(ga_state, run_key)
+        n0 = self.cfg.initial_generations
+        ga_state, trace, (x, v) = self._advance(state, 0, n0)
+        return GARoundState(ga_state, run_key), self._result(0, ga_state, trace, x, v)
+
+    def round(
+        self, state: GARoundState, *, progress: bool = False
+    ) -> tuple[GARoundState, RoundResult]:
+        r = self.round_index(state) + 1
+        start, stop = self._generations_done(r - 1), self._generations_done(r)
+        ga_state, trace, (x, v) = self._advance(state, start, stop)
+        return GARoundState(ga_state, state.run_key), self._result(r, ga_state, trace, x, v)
+
+    def round_index(self, state: GARoundState) -> int:
+        done = int(state.ga_state.generation) - self.cfg.initial_generations
+        return done // self.cfg.generations_per_round
+
+    def stop_reason(self, state: GARoundState) -> str:
+        return "the optimum (f = 1) was found" if float(state.ga_state.best_value) >= 1.0 else ""
+
+    def save(self, manager: Any, state: GARoundState) -> None:
+        r = self.round_index(state)
+        manager.save(r, state, {"round": r})
+
+    def restore(self, manager: Any) -> GARoundState | None:
+        abstract = jax.eval_shape(
+            lambda k: GARoundState(*ga.start(k, self.fn, self.x0, self.cfg.ga)),
+            jax.random.key(0),
+        )
+        restored = manager.restore_latest_good(abstract)
+        return None if restored is None else restored[1]
+
+    def init_line(self, result: RoundResult) -> str:
+        return (
+            f"round 0 (GA, {self.cfg.initial_generations} generations of "
+            f"{self.cfg.ga.num_particles}): {len(result.values)} distinct sequences, min regret "
+            f"{result.record['min_regret']:.4f}"
+        )
+
+    def round_line(self, record: Mapping[str, Any]) -> str:
+        return (
+            f"round {record['round']}: {record['num_evaluations']} evaluations, min regret "
+            f"{record['min_regret']:.4f}, {record['num_generated']} particles"
+        )
+
+    def plot(self, run_dir: Any) -> None:
+        cfg = self.cfg
+        run_dir.plot_regret("GA", f"GA on {cfg.function} (seed {cfg.seed})", log_x=False)
+
+
+def run(
+    cfg: GARunConfig,
+    out: str | pathlib.Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    max_rounds_this_call: int | None = None,
+    log: Callable[[str], None] = print,
+    extra_config: Mapping[str, Any] | None = None,
+) -> RunResult[GARoundState]:
+    """Run (or resume) the GA into the run directory ``out`` (:func:`llome_jax.runner.run` with
+    the :class:`GeneticAlgorithm` plug-in).
+
+    Raises:
+      ValueError: unknown function, bad settings, or a resume whose configuration differs
+        (except ``rounds``); nothing is written then.
+    """
+    return run_rounds(
+        GeneticAlgorithm(cfg),
+        out,
+        seed=cfg.seed,
+        resume=resume,
+        progress=progress,
+        max_rounds_this_call=max_rounds_this_call,
+        log=log,
+        extra_config=extra_config,
+    )

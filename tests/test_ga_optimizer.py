@@ -1,0 +1,95 @@
+"""The GA under the round driver (``llome_jax.ga_optimizer``): its rounds are one uninterrupted GA
+run, its round 0 is LLOME's seed data, and a resumed run equals an uninterrupted one."""
+
+from __future__ import annotations
+
+import csv
+import json
+import pathlib
+
+import jax
+import numpy as np
+
+from llome_jax import ehrlich, ga
+from llome_jax.ga_optimizer import GARunConfig, run
+from llome_jax.llome.runtime import named_key
+
+CFG = GARunConfig(
+    function="Ehr(8,8)-2-2-2",
+    instance_seed=1,
+    seed=5,
+    rounds=3,
+    initial_generations=4,
+    generations_per_round=2,
+    ga=ga.GAConfig(num_particles=64, mutation_prob=0.05),
+)
+
+
+def _evaluated(path: pathlib.Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    with open(path / "evaluated.csv", newline="") as stream:
+        rows = list(csv.reader(stream))[1:]
+    rounds = np.asarray([int(r[0]) for r in rows])
+    x = np.asarray([[int(t) for t in r[1].split(",")] for r in rows], np.int32)
+    return rounds, x, np.asarray([float(r[2]) for r in rows])
+
+
+def test_rounds_are_one_ga_run_and_round0_is_llome_seed_data(tmp_path: pathlib.Path) -> None:
+    result = run(CFG, tmp_path / "run", progress=False)
+    fn = ehrlich.resolve_function(CFG.function, CFG.instance_seed)
+    x0 = ehrlich.resolve_initial_solution(CFG.function, CFG.instance_seed)
+    key = named_key(jax.random.key(CFG.seed), "ga")  # what LLOME's round 0 uses
+    rounds, x, v = _evaluated(result.path)
+
+    # round 0 == ga.run_archive of n0 generations: LLOME's seed data, row for row
+    seed_x, seed_v, _ = ga.run_archive(key, fn, x0, CFG.initial_generations, CFG.ga).to_numpy()
+    np.testing.assert_array_equal(x[rounds == 0], seed_x)
+    np.testing.assert_array_equal(v[rounds == 0], seed_v.astype(np.float64))
+
+    # all rounds == one GA run of n0 + R G generations: best value and oracle calls per round
+    total = CFG.initial_generations + CFG.rounds * CFG.generations_per_round
+    _, trace = ga.run(key, fn, x0, total, CFG.ga)
+    records = [json.loads(line) for line in (result.path / "rounds.jsonl").read_text().splitlines()]
+    ends = [CFG.initial_generations + r * CFG.generations_per_round for r in range(CFG.rounds + 1)]
+    assert [r["num_evaluations"] for r in records] == [g * 64 for g in ends]
+    np.testing.assert_array_equal(
+        [1.0 - r["min_regret"] for r in records],
+        np.asarray(trace.best_value, np.float64)[np.asarray(ends) - 1],
+    )
+    # ... and the same particles: the rows of all rounds, each kept at its first occurrence, are
+    # the deduplicated archive of the uninterrupted run, in evaluation order
+    seen: set[tuple[int, ...]] = set()
+    first = [
+        i for i, row in enumerate(map(tuple, x.tolist())) if not (row in seen or seen.add(row))
+    ]
+    all_x, all_v, _ = ga.run_archive(key, fn, x0, total, CFG.ga).to_numpy()
+    np.testing.assert_array_equal(x[first], all_x)
+    np.testing.assert_array_equal(v[first], all_v.astype(np.float64))
+    # every logged value is the oracle's value of the logged sequence; rows distinct per round
+    np.testing.assert_array_equal(v, np.asarray(ehrlich.evaluate(fn, x), np.float64))
+    for r in range(CFG.rounds + 1):
+        assert len(np.unique(x[rounds == r], axis=0)) == int(np.sum(rounds == r)) > 0
+
+
+def test_resumed_run_equals_uninterrupted(tmp_path: pathlib.Path) -> None:
+    full = run(CFG, tmp_path / "full", progress=False)
+    run(CFG, tmp_path / "part", progress=False, max_rounds_this_call=1)
+    resumed = run(CFG, tmp_path / "part", resume=True, progress=False)
+    assert (resumed.path / "evaluated.csv").read_bytes() == (
+        full.path / "evaluated.csv"
+    ).read_bytes()
+    assert resumed.records[-1]["round"] == CFG.rounds
+
+
+def test_cli_round_mode(tmp_path: pathlib.Path, capsys) -> None:
+    from llome_jax import cli
+
+    base = ["ga", "--function", "Ehr(8,8)-2-2-2", "--instance-seed", "1", "--particles", "64"]
+    out = tmp_path / "cli"
+    argv = [*base, "--rounds", "2", "--generations-per-round", "3", "--out", str(out)]
+    assert cli.main([*argv, "--no-progress"]) == 0
+    records = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]
+    assert [r["num_evaluations"] for r in records] == [640, 832, 1024]  # (10, 13, 16) x 64
+    assert json.loads((out / "config.json").read_text())["optimizer"] == "ga"
+    assert cli.main([*base, "--rounds", "2", "--seeds", "3", "--out", str(tmp_path / "x")]) == 2
+    assert "one seed" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
