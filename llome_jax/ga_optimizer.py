@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import pathlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -89,11 +89,13 @@ class GeneticAlgorithm:
     """
 
     name = "ga"
+    legacy_values: Mapping[str, Any] = {}
 
     def __init__(self, cfg: GARunConfig) -> None:
         from llome_jax import ehrlich
 
         self.cfg = cfg
+        self.seed = cfg.seed
         self.fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
         x0 = ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed)
         self.x0 = ga.validate_ga_inputs(self.fn, x0, cfg.ga)
@@ -173,12 +175,8 @@ class GeneticAlgorithm:
         restored = manager.restore_latest_good(abstract)
         return None if restored is None else restored[1]
 
-    def init_line(self, result: RoundResult) -> str:
-        return (
-            f"round 0 (GA, {self.cfg.initial_generations} generations of "
-            f"{self.cfg.ga.num_particles}): {len(result.values)} distinct sequences, min regret "
-            f"{result.record['min_regret']:.4f}"
-        )
+    def round0_description(self) -> str:
+        return f"GA, {self.cfg.initial_generations} generations of {self.cfg.ga.num_particles}"
 
     def round_line(self, record: Mapping[str, Any]) -> str:
         return (
@@ -191,30 +189,13 @@ class GeneticAlgorithm:
         run_dir.plot_regret("GA", f"GA on {cfg.function} (seed {cfg.seed})", log_x=False)
 
 
-def run(
-    cfg: GARunConfig,
-    out: str | pathlib.Path,
-    *,
-    resume: bool = False,
-    progress: bool = True,
-    max_rounds_this_call: int | None = None,
-    log: Callable[[str], None] = print,
-    extra_config: Mapping[str, Any] | None = None,
-) -> RunResult[GARoundState]:
-    """Run (or resume) the GA into the run directory ``out`` (:func:`llome_jax.runner.run` with
-    the :class:`GeneticAlgorithm` plug-in).
+def run(cfg: GARunConfig, out: str | pathlib.Path, **options: Any) -> RunResult[GARoundState]:
+    """Run (or resume) the GA into the run directory ``out``: :func:`llome_jax.runner.run` (its
+    ``options``: ``resume``, ``progress``, ``max_rounds_this_call``, ``log``, ``extra_config``)
+    with the :class:`GeneticAlgorithm` plug-in.
 
     Raises:
       ValueError: unknown function, bad settings, or a resume whose configuration differs
         (except ``rounds``); nothing is written then.
     """
-    return run_rounds(
-        GeneticAlgorithm(cfg),
-        out,
-        seed=cfg.seed,
-        resume=resume,
-        progress=progress,
-        max_rounds_this_call=max_rounds_this_call,
-        log=log,
-        extra_config=extra_config,
-    )
+    return run_rounds(GeneticAlgorithm(cfg), out, **options)

@@ -8,7 +8,7 @@ spirit of evosax's ``init``/``ask``/``tell`` but per round of labels:
 * ``round(state) -> (state, RoundResult | None)``: one round, deterministic in ``state``; ``None``
   when the optimizer stopped before labelling anything (the returned state says why);
 * ``save(manager, state)`` / ``restore(manager) -> state | None``: its checkpoint;
-* ``round_index(state)``, ``stop_reason(state)`` ("" to go on), the log lines and the plot label.
+* ``round_index(state)``, ``stop_reason(state)`` ("" to go on), the log lines and the plot.
 
 :func:`run` owns everything else, identically for all of them: the run directory
 (``config.json``, ``rounds.jsonl``, ``evaluated.csv``, ``regret.png``, ``checkpoints/``), resume
@@ -55,6 +55,11 @@ class RoundOptimizer(Protocol[State]):
 
     #: ``config.json``'s ``"optimizer"`` and the plot label's prefix.
     name: str
+    #: the run seed: round 0 gets ``jax.random.key(seed)``.
+    seed: int
+    #: settings added after run directories were made, with the value that reproduces the old
+    #: behaviour (``RunDirectory.create``); ``{}`` if none.
+    legacy_values: Mapping[str, Any]
 
     def config_dict(self) -> dict[str, Any]:
         """The JSON configuration recorded in ``config.json`` (without ``"optimizer"``)."""
@@ -80,7 +85,9 @@ class RoundOptimizer(Protocol[State]):
 
     def restore(self, manager: Any) -> State | None: ...
 
-    def init_line(self, result: RoundResult) -> str: ...
+    def round0_description(self) -> str:
+        """What round 0 is, for its log line (e.g. ``"GA, 10 generations"``)."""
+        ...
 
     def round_line(self, record: Mapping[str, Any]) -> str: ...
 
@@ -109,28 +116,23 @@ def run(
     optimizer: RoundOptimizer[State],
     out: str | pathlib.Path,
     *,
-    seed: int,
     resume: bool = False,
     progress: bool = True,
     max_rounds_this_call: int | None = None,
     log: Callable[[str], None] = print,
     extra_config: Mapping[str, Any] | None = None,
-    legacy_values: Mapping[str, Any] | None = None,
 ) -> RunResult[State]:
     """Run (or resume) ``optimizer`` into the run directory ``out``.
 
     Args:
       optimizer: the plug-in (already validated: nothing is written if its construction failed).
       out: the run directory.
-      seed: run seed; round 0 gets ``jax.random.key(seed)``.
       resume: continue from the newest readable checkpoint (the configuration must match except
         ``rounds``).
       progress: one line per round through ``log`` (and the optimizer's own progress bars).
       max_rounds_this_call: stop after this many rounds in this call (tests, interruptions).
       log: where the lines go.
       extra_config: more keys for ``config.json`` (e.g. the CLI's ``loss``).
-      legacy_values: settings added after run directories were made, with the value that
-        reproduces the old behaviour (``RunDirectory.create``).
 
     Raises:
       ValueError: ``resume`` on a directory holding a different configuration, or a new run in a
@@ -145,7 +147,7 @@ def run(
         config,
         resume=resume,
         mutable_keys=("rounds", "resume", "out"),
-        legacy_values=legacy_values,
+        legacy_values=optimizer.legacy_values,
     )
     records: list[dict[str, Any]] = []
     with CheckpointManager(run_dir.checkpoint_dir, max_to_keep=2) as manager:
@@ -153,14 +155,17 @@ def run(
         if state is None:
             run_dir.rollback(-1)
             t0 = time.perf_counter()
-            state, result = optimizer.init(jax.random.key(seed))
+            state, result = optimizer.init(jax.random.key(optimizer.seed))
             run_dir.log_evaluated(0, result.sequences, result.values)
             records.append(
                 run_dir.log_round({**result.record, "seconds": time.perf_counter() - t0})
             )
             optimizer.save(manager, state)
             if progress:
-                log(optimizer.init_line(result))
+                log(
+                    f"round 0 ({optimizer.round0_description()}): {len(result.values)} distinct "
+                    f"sequences, min regret {records[-1]['min_regret']:.4f}"
+                )
         else:
             run_dir.rollback(optimizer.round_index(state))
             if progress:

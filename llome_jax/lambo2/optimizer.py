@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -272,11 +272,13 @@ class Lambo2:
     """
 
     name = "lambo2"
+    legacy_values: Mapping[str, Any] = {}
 
     def __init__(self, cfg: Lambo2Config, *, mesh: Any = None) -> None:
         from llome_jax import ehrlich
 
         self.cfg = cfg
+        self.seed = cfg.seed
         self.mesh = mesh
         self.fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
         self.x0 = ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed)
@@ -384,13 +386,8 @@ class Lambo2:
         done, theta_init, metadata = restored
         return Lambo2State(done, theta_init, History.from_json(metadata["history"]))
 
-    def init_line(self, result: RoundResult) -> str:
-        cfg = self.cfg
-        return (
-            f"round 0 (GA {cfg.ga_generations}x{cfg.ga_particles}, initial fit): "
-            f"{len(result.values)} distinct sequences, min regret "
-            f"{result.record['min_regret']:.4f}"
-        )
+    def round0_description(self) -> str:
+        return f"GA {self.cfg.ga_generations}x{self.cfg.ga_particles}, initial fit"
 
     def round_line(self, record: Mapping[str, Any]) -> str:
         return (
@@ -405,40 +402,20 @@ class Lambo2:
 
 
 def run(
-    cfg: Lambo2Config,
-    out: str | pathlib.Path,
-    *,
-    resume: bool = False,
-    progress: bool = True,
-    max_rounds_this_call: int | None = None,
-    mesh: Any = None,
-    log: Callable[[str], None] = print,
-    extra_config: Mapping[str, Any] | None = None,
+    cfg: Lambo2Config, out: str | pathlib.Path, *, mesh: Any = None, **options: Any
 ) -> RunResult[Lambo2State]:
-    """Run (or resume) LaMBO-2 into the run directory ``out`` (:func:`llome_jax.runner.run` with
-    the :class:`Lambo2` plug-in).
-
-    Order per round: compute, append ``evaluated.csv`` and ``rounds.jsonl``, then checkpoint; a
-    resume rolls the logs back to the newest readable checkpoint and recomputes the rest
-    (identically), so no labelled sequence is lost or duplicated.
+    """Run (or resume) LaMBO-2 into the run directory ``out``: :func:`llome_jax.runner.run` (its
+    ``options``: ``resume``, ``progress``, ``max_rounds_this_call``, ``log``, ``extra_config``)
+    with the :class:`Lambo2` plug-in, the design population sharded over ``mesh`` if given.
 
     Raises:
       ValueError: unknown function, bad configuration, or a resume whose configuration differs
         (except ``rounds``); nothing is written then.
     """
     optimizer = Lambo2(cfg, mesh=mesh)
-    if progress:
-        log(optimizer.describe())
-    return run_rounds(
-        optimizer,
-        out,
-        seed=cfg.seed,
-        resume=resume,
-        progress=progress,
-        max_rounds_this_call=max_rounds_this_call,
-        log=log,
-        extra_config=extra_config,
-    )
+    if options.get("progress", True):
+        options.get("log", print)(optimizer.describe())
+    return run_rounds(optimizer, out, **options)
 
 
 def expected_oracle_calls(cfg: Lambo2Config) -> int:

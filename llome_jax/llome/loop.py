@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import pathlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -84,10 +84,12 @@ class Llome:
     """
 
     name = "llome"
+    legacy_values = LEGACY_VALUES
 
     def __init__(self, cfg: LoopConfig, runtime: Runtime | None = None) -> None:
         validate_config(cfg)
         self.cfg = cfg
+        self.seed = cfg.seed
         self.runtime = Runtime.build(cfg) if runtime is None else runtime
 
     def config_dict(self) -> dict[str, Any]:
@@ -134,11 +136,8 @@ class Llome:
     def restore(self, manager: Any) -> LoopState | None:
         return restore_checkpoint(manager, self.runtime, self.cfg)
 
-    def init_line(self, result: RoundResult) -> str:
-        return (
-            f"round 0 (GA, {self.cfg.ga_generations} generations): {len(result.values)} distinct "
-            f"sequences, min regret {result.record['min_regret']:.4f}"
-        )
+    def round0_description(self) -> str:
+        return f"GA, {self.cfg.ga_generations} generations"
 
     def round_line(self, m: Mapping[str, Any]) -> str:
         """One human-readable summary line of a round record."""
@@ -161,43 +160,14 @@ class Llome:
 
 
 def run(
-    cfg: LoopConfig,
-    out: str | pathlib.Path,
-    *,
-    resume: bool = False,
-    progress: bool = True,
-    max_rounds_this_call: int | None = None,
-    log: Callable[[str], None] = print,
-    extra_config: Mapping[str, Any] | None = None,
-    runtime: Runtime | None = None,
+    cfg: LoopConfig, out: str | pathlib.Path, *, runtime: Runtime | None = None, **options: Any
 ) -> RunResult[LoopState]:
-    """Run (or resume) a LLOME optimisation into the run directory ``out``
-    (:func:`llome_jax.runner.run` with the :class:`Llome` plug-in).
-
-    Args:
-      cfg: the configuration.
-      out: run directory (``config.json``, ``rounds.jsonl``, ``evaluated.csv``, ``regret.png``,
-        ``checkpoints/``).
-      resume: continue from the newest readable checkpoint (configuration must match except
-        ``rounds``).
-      progress: tqdm bars per phase and one summary line per round.
-      max_rounds_this_call: stop after this many rounds in this call (tests, interruptions).
-      log: where the per-round lines go.
-      extra_config: additional keys recorded in ``config.json`` (e.g. the CLI's ``loss``).
-      runtime: a runtime built for ``cfg`` (default: built here).
+    """Run (or resume) LLOME into the run directory ``out``: :func:`llome_jax.runner.run` (its
+    ``options``: ``resume``, ``progress``, ``max_rounds_this_call``, ``log``, ``extra_config``)
+    with the :class:`Llome` plug-in, on ``runtime`` if given (else one built for ``cfg``).
 
     Raises:
       ValueError / FileNotFoundError: bad configuration, or ``resume`` on a directory holding a
         different configuration; nothing is written then.
     """
-    return run_rounds(
-        Llome(cfg, runtime),
-        out,
-        seed=cfg.seed,
-        resume=resume,
-        progress=progress,
-        max_rounds_this_call=max_rounds_this_call,
-        log=log,
-        extra_config=extra_config,
-        legacy_values=LEGACY_VALUES,
-    )
+    return run_rounds(Llome(cfg, runtime), out, **options)
