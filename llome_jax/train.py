@@ -50,6 +50,7 @@ from llome_jax.losses import (
     LossBatch,
     LossFn,
     LossParams,
+    loss_spec,
     weighted_mean,
 )
 from llome_jax.types import SeqLogProbs
@@ -238,23 +239,28 @@ class OptimizerConfig:
             raise ValueError("learning_rate and weight_decay must be non-negative")
 
 
+#: ``LossSpec.optimizer`` -> the paper's settings of that optimizer family.
+_PAPER_OPTIMIZERS: dict[str, OptimizerConfig] = {
+    "adamw": OptimizerConfig(name="adamw", learning_rate=1e-6, weight_decay=0.01),
+    "rmsprop": OptimizerConfig(
+        name="rmsprop", learning_rate=1e-7, warmup_steps=150, weight_decay=0.0
+    ),
+}
+
+
 def paper_optimizer(loss_name: str, total_steps: int, **overrides: Any) -> OptimizerConfig:
     """The optimizer the paper/reference used for a loss, for a phase of ``total_steps`` steps.
 
-    * SFT, MargE, REINFORCE: AdamW(0.9, 0.999, eps 1e-8, weight decay 0.01 as the paper states;
-      the authors' HF default was 0: pass ``weight_decay=0.0`` to match it), lr 1e-6, linear
-      decay to 0, no warm-up.
-    * DPO: RMSprop(alpha 0.99, eps 1e-8, no momentum, no weight decay), lr 1e-7, linear decay
-      with 150 warm-up steps (reference ``pythia-2.8b-dpo.yaml``).
+    The loss's ``LossSpec.optimizer`` picks the family:
+
+    * ``"adamw"`` (SFT, MargE, REINFORCE): AdamW(0.9, 0.999, eps 1e-8, weight decay 0.01 as the
+      paper states; the authors' HF default was 0: pass ``weight_decay=0.0`` to match it), lr
+      1e-6, linear decay to 0, no warm-up.
+    * ``"rmsprop"`` (DPO): RMSprop(alpha 0.99, eps 1e-8, no momentum, no weight decay), lr 1e-7,
+      linear decay with 150 warm-up steps (the authors' DPO configuration).
     """
-    if loss_name == "dpo":
-        base = OptimizerConfig(
-            name="rmsprop", learning_rate=1e-7, warmup_steps=150, weight_decay=0.0
-        )
-    elif loss_name in ("sft", "marge", "reinforce"):
-        base = OptimizerConfig(name="adamw", learning_rate=1e-6, weight_decay=0.01)
-    else:
-        raise ValueError(f"no paper optimizer for loss {loss_name!r}")
+    family = loss_spec(loss_name).optimizer  # ValueError for an unknown loss
+    base = _PAPER_OPTIMIZERS[family]
     return dataclasses.replace(base, total_steps=total_steps, **overrides)
 
 

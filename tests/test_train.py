@@ -224,7 +224,7 @@ def test_paper_optimizers():
     )
     schedule = train.learning_rate_schedule(marge)
     np.testing.assert_allclose([schedule(0), schedule(50), schedule(100)], [1e-6, 5e-7, 0.0])
-    with pytest.raises(ValueError, match="no paper optimizer"):
+    with pytest.raises(ValueError, match="unknown loss 'ppo'"):
         paper_optimizer("ppo", 10)
     with pytest.raises(ValueError, match="adamw"):
         OptimizerConfig(name="sgd")

@@ -11,9 +11,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+from collections.abc import Mapping
 from typing import Any
 
 from llome_jax.llome.temperature import DEFAULT_TEMPERATURES
+from llome_jax.losses import LOSS_SPECS
 
 __all__ = [
     "LEGACY_VALUES",
@@ -26,8 +28,9 @@ __all__ = [
     "validate_config",
 ]
 
-#: Losses a round can train with (``llome_jax.losses.LOSSES``).
-LOSS_NAMES: tuple[str, ...] = ("sft", "marge", "dpo", "reinforce")
+#: Losses a round can train with: the registry ``llome_jax.losses.LOSS_SPECS`` (read at each
+#: check, so a loss registered with ``losses.register_loss`` is accepted everywhere).
+LOSS_NAMES: Mapping[str, Any] = LOSS_SPECS
 
 #: Settings added after the first LLOME runs, with the value that reproduces the earlier behaviour:
 #: a run directory whose ``config.json`` lacks one resumes only with that value.
@@ -61,7 +64,9 @@ def parse_schedule(text: str) -> tuple[tuple[str, int], ...]:
         name, sep, count = part.partition(":")
         name = name.strip().lower()
         if name not in LOSS_NAMES:
-            raise ValueError(f"unknown loss {name!r} in --schedule; choose from {list(LOSS_NAMES)}")
+            raise ValueError(
+                f"unknown loss {name!r} in --schedule; choose from {sorted(LOSS_NAMES)}"
+            )
         try:
             rounds = int(count) if sep else -1
         except ValueError:
@@ -85,7 +90,7 @@ def schedule_for_loss(loss: str, rounds: int | None = None) -> tuple[tuple[str, 
     del rounds
     loss = str(loss).lower()
     if loss not in LOSS_NAMES:
-        raise ValueError(f"unknown loss {loss!r}; choose one of {list(LOSS_NAMES)}")
+        raise ValueError(f"unknown loss {loss!r}; choose one of {sorted(LOSS_NAMES)}")
     if loss == "sft":
         return (("sft", 1),)
     return (("sft", 1), (loss, 1))
@@ -302,7 +307,8 @@ class LoopConfig:
             or len(set(losses)) != len(losses)
         ):
             raise ValueError(
-                f"selection_losses must be a non-empty tuple of distinct losses from {LOSS_NAMES}; "
+                f"selection_losses must be a non-empty tuple of distinct losses from "
+                f"{sorted(LOSS_NAMES)}; "
                 f"got {losses!r}"
             )
         n = self.selection_num_prompts

@@ -25,6 +25,7 @@ import numpy as np
 
 from llome_jax.llome.config import LoopConfig
 from llome_jax.llome.runtime import Runtime, model_with
+from llome_jax.losses import loss_spec
 from llome_jax.runner import progress_bar
 
 __all__ = [
@@ -47,9 +48,9 @@ def optimizer_config(cfg: LoopConfig, loss: str, total_steps: int, round_index: 
     learning_rate = cfg.learning_rate
     if round_index == 1 and cfg.first_round_learning_rate is not None:
         learning_rate = cfg.first_round_learning_rate
-    if loss == "dpo":
+    if loss_spec(loss).data == "triples":  # preference losses: the dpo_* settings
         return paper_optimizer(
-            "dpo",
+            loss,
             max(total_steps, 1),
             learning_rate=cfg.dpo_learning_rate,
             warmup_steps=cfg.dpo_warmup_steps,
@@ -103,9 +104,11 @@ def microbatches(cfg: LoopConfig, mesh: Any, batch_size: int | None = None) -> i
 
 def training_model(rt: Runtime, cfg: LoopConfig, loss: str) -> Any:
     """The model whose graph a round trains (parameters always come from the state): the run's
-    model, or for DPO with ``dpo_compute_dtype`` another matmul dtype, an abstract copy in it."""
+    model, or for a preference (triples) loss with ``dpo_compute_dtype`` another matmul dtype, an
+    abstract copy in it."""
     model = rt.model
-    if loss != "dpo" or cfg.dpo_compute_dtype == model.config.compute_dtype:
+    preference = loss_spec(loss).data == "triples"
+    if not preference or cfg.dpo_compute_dtype == model.config.compute_dtype:
         return model
     return rt.compiled(
         ("model_dtype", cfg.dpo_compute_dtype),
@@ -123,12 +126,11 @@ def _model_in_dtype(rt: Runtime, compute_dtype: str) -> Any:
 
 
 def loss_params(cfg: LoopConfig, loss: str) -> Any:
-    from llome_jax.losses import default_params
-
-    params = default_params(loss)
-    if cfg.kl_weight is not None and loss in ("marge", "reinforce"):
+    spec = loss_spec(loss)
+    params = spec.params
+    if cfg.kl_weight is not None and spec.kl_weighted:
         params = params.replace(kl_weight=float(cfg.kl_weight))
-    if loss == "marge":
+    if spec.weight_norm:
         params = params.replace(weights_sum_to_one=float(cfg.marge_weight_norm == "sum"))
     return params
 
@@ -144,10 +146,10 @@ def training_data(
         num_neighbours=cfg.num_neighbours,
         max_distance=cfg.max_distance,
         max_infeasible_fraction=cfg.max_infeasible_fraction,
-        symmetric=cfg.symmetric_pairs and loss != "dpo",
+        symmetric=cfg.symmetric_pairs and loss_spec(loss).data == "pairs",
     )
     knn = {"num_states": rt.fn.config.num_states}
-    if loss == "dpo":
+    if loss_spec(loss).data == "triples":
         triples = preference_triples(k_pairs, x, v, propen, **knn)
         n_candidates = len(triples)
         rows = subset(k_subset, n_candidates, cfg.max_train_examples)
@@ -284,7 +286,7 @@ def train(
     ids = np.concatenate(data["ids"])  # [R, T] with R = n (pairs) or 2n (DPO: chosen; rejected)
     tmask = np.concatenate(data["tmask"])
     amask = np.concatenate(data["amask"])
-    if loss == "sft":
+    if not loss_spec(loss).uses_reference:
         reference = SeqLogProbs(np.zeros(len(ids), np.float32), np.zeros(len(ids), np.float32))
     else:
         # The reference is the round-start policy (the previous round's model), scored once.
