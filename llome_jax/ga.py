@@ -15,9 +15,10 @@ paper's initialisation:
 
 Infeasible particles score ``-inf`` and so count as the worst value. Higher is better.
 
-The API follows evosax: ``init(key, initial_solution, config)`` -> ``GAState``;
-``ask(key, state, config)`` -> ``(population, state)``; ``tell(population, values, state,
-config)`` -> ``GAState``. ``run`` scans ``ask/evaluate/tell`` over generations under one
+The API follows evosax: ``init(key, initial_solution, config, num_states, initial_value)`` ->
+``GAState``; ``ask(key, state, config, num_states)`` -> the ``[n, L]`` population to evaluate
+(generation 0: the initial mutated copies); ``tell(population, values, state)`` -> ``GAState``.
+``run`` scans ``ask/evaluate/tell`` over generations under one
 ``lax.scan``; ``jax.vmap(run, in_axes=(0, ...))`` runs many seeds in one call. ``run_archive``
 records every evaluated sequence of the first ``n0`` generations (the seed data of LLOME and
 LaMBO-2). This module imports only jax, numpy and :mod:`llome_jax.ehrlich`.

@@ -188,6 +188,10 @@ def run(args: argparse.Namespace) -> int:
                         repr(float(trace.frac_unique[s, g])),
                     ]
                 )
+    # Generations to the optimum, counted as ours: g = the 1-based generation whose population
+    # first holds f = 1, the first generation being the n mutated copies of x0. holo's
+    # DiscreteEvolution first evaluates the n *unmutated* copies as a generation of its own, so
+    # for an optimum found by evolution its count for the same run is g + 1.
     reached = [
         int(np.argmax(row >= 1.0)) + 1 if np.any(row >= 1.0) else None for row in trace.best_value
     ]
