@@ -13,7 +13,8 @@ spirit of evosax's ``init``/``ask``/``tell`` but per round of labels:
 :func:`run` owns everything else, identically for all of them: the run directory
 (``config.json``, ``rounds.jsonl``, ``evaluated.csv``, ``regret.png``, ``checkpoints/``), resume
 with rollback, one checkpoint per round, the per-round ``seconds``, progress lines, the plot and
-the stop conditions. Order per round: compute, append the labelled sequences and the round record,
+the stop conditions, and the run's provenance in ``config.json`` (``llome_jax.provenance``, one
+entry per invocation). Order per round: compute, append the labelled sequences and the round record,
 then checkpoint; a resume rolls the logs back to the newest readable checkpoint and recomputes the
 rest (identically), so no labelled sequence is lost or duplicated.
 """
@@ -21,6 +22,7 @@ rest (identically), so no labelled sequence is lost or duplicated.
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 import time
 from collections.abc import Callable, Mapping
@@ -139,14 +141,20 @@ def run(
         directory that holds one; nothing is written then.
     """
     from llome_jax.checkpoint import CheckpointManager
+    from llome_jax.provenance import provenance
     from llome_jax.rundir import RunDirectory
 
     config = {"optimizer": optimizer.name, **optimizer.config_dict(), **dict(extra_config or {})}
+    saved = pathlib.Path(out) / RunDirectory.CONFIG
+    history = (
+        json.loads(saved.read_text()).get("provenance", []) if resume and saved.exists() else []
+    )
+    config["provenance"] = [*history, provenance()]  # one entry per invocation; never compared
     run_dir = RunDirectory.create(
         out,
         config,
         resume=resume,
-        mutable_keys=("rounds", "resume", "out"),
+        mutable_keys=("rounds", "resume", "out", "provenance"),
         legacy_values=optimizer.legacy_values,
     )
     records: list[dict[str, Any]] = []

@@ -10,6 +10,7 @@ import pathlib
 import jax
 import numpy as np
 
+import llome_jax
 from llome_jax import ehrlich, ga
 from llome_jax.ga_optimizer import GARunConfig, run
 from llome_jax.llome.runtime import named_key
@@ -78,6 +79,12 @@ def test_resumed_run_equals_uninterrupted(tmp_path: pathlib.Path) -> None:
         full.path / "evaluated.csv"
     ).read_bytes()
     assert resumed.records[-1]["round"] == CFG.rounds
+    # provenance: one entry per invocation, never compared on resume
+    entries = json.loads((resumed.path / "config.json").read_text())["provenance"]
+    assert len(entries) == 2 and entries[0]["started"] <= entries[1]["started"]
+    assert {e["jax"] for e in entries} == {jax.__version__}
+    assert {e["llome_jax"] for e in entries} == {llome_jax.__version__}
+    assert entries[0]["devices"] == jax.device_count() == 8  # conftest's fake CPU devices
 
 
 def test_cli_round_mode(tmp_path: pathlib.Path, capsys) -> None:
