@@ -1,7 +1,8 @@
-"""Flags shared by the optimizer commands (``llome``, ``lambo2``), declared once.
+"""Flags shared by the optimizer commands (``ga``, ``llome``, ``lambo2``), declared once.
 
-``add_run_arguments`` adds ``--function``, ``--instance-seed``, ``--preset``, ``--rounds``,
-``--seed``, ``--out``, ``--resume`` and ``--no-progress`` with one meaning and one default each;
+``add_run_arguments`` adds ``--function``, ``--instance-seed``, ``--preset`` (where the command
+has presets), ``--rounds``, ``--seed``, ``--out``, ``--resume`` and ``--no-progress`` with one
+meaning and one default each;
 ``run_overrides`` turns them into configuration overrides (only what was given, so a preset keeps
 its own function and number of rounds).
 """
@@ -16,14 +17,21 @@ __all__ = ["add_run_arguments", "run_overrides"]
 
 
 def add_run_arguments(
-    parser: argparse.ArgumentParser, *, what: str, presets: Iterable[str], preset_help: str
+    parser: argparse.ArgumentParser,
+    *,
+    what: str,
+    presets: Iterable[str] | None,
+    preset_help: str = "",
+    rounds_help: str | None = None,
 ) -> None:
-    """Add the common flags of an optimizer command (``what``: its name in the help texts)."""
+    """Add the common flags of an optimizer command (``what``: its name in the help texts;
+    ``presets=None``: the command has none, and ``--function`` defaults to f2)."""
+    default_function = "the preset's, f2 for cpu/paper" if presets is not None else "f2"
     parser.add_argument(
         "--function",
         default=None,
-        help="f1..f4, a paper Ehr name, or 'Ehr(v,L)-c-k-q' with --instance-seed (default: the "
-        "preset's, f2 for cpu/paper)",
+        help=f"f1..f4, a paper Ehr name, or 'Ehr(v,L)-c-k-q' with --instance-seed (default: "
+        f"{default_function})",
     )
     parser.add_argument(
         "--instance-seed",
@@ -31,12 +39,15 @@ def add_run_arguments(
         default=None,
         help="sample the --function 'Ehr(v,L)-c-k-q' with this seed",
     )
+    if presets is not None:
+        parser.add_argument(
+            "--preset",
+            default="cpu",
+            help=f"{' | '.join(presets)} (default cpu: {preset_help})",
+        )
     parser.add_argument(
-        "--preset",
-        default="cpu",
-        help=f"{' | '.join(presets)} (default cpu: {preset_help})",
+        "--rounds", type=int, default=None, help=rounds_help or f"{what} rounds (preset: 10)"
     )
-    parser.add_argument("--rounds", type=int, default=None, help=f"{what} rounds (preset: 10)")
     parser.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
     parser.add_argument("--out", required=True, help="run directory")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out")

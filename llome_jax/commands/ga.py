@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import argparse
 
+from llome_jax.commands._common import add_run_arguments
+
 NAME = "ga"
 HELP = (
-    "Run the paper's genetic algorithm (many seeds in one jitted call); write trace, summary, plot."
+    "Run the paper's genetic algorithm: one resumable run in rounds (--rounds; the run directory "
+    "of llome and lambo2) or many seeds in one jitted call (trace, summary, plot)."
 )
 ORDER = 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--function",
-        default="f2",
-        help="f1..f4, a paper Ehr name, or 'Ehr(v,L)-c-k-q' with --instance-seed",
-    )
-    parser.add_argument(
-        "--instance-seed", type=int, default=None, help="sample the function with this seed"
+    add_run_arguments(
+        parser,
+        what="GA",
+        presets=None,
+        rounds_help="round mode: rounds after round 0 (without it: the many-seeds mode)",
     )
     parser.add_argument(
         "--generations", type=int, default=1000, help="generations per seed (default 1000)"
@@ -27,10 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--seeds",
         type=int,
         default=None,
-        help="number of independent runs (default 8; 1 with --rounds)",
-    )
-    parser.add_argument(
-        "--seed", type=int, default=0, help="first run seed (runs use seed, seed+1, ...)"
+        help="many-seeds mode: independent runs seed, seed+1, ... (default 8)",
     )
     parser.add_argument(
         "--particles", type=int, default=1000, help="population size n (paper: 1000)"
@@ -41,25 +39,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--segment", type=int, default=50, help="generations per jitted call (progress granularity)"
     )
-    parser.add_argument(
-        "--out", required=True, help="output directory (trace.csv, summary.json, regret.png)"
-    )
-    parser.add_argument("--no-progress", action="store_true", help="disable the progress bar")
     rounds = parser.add_argument_group(
         "round mode",
         "with --rounds, one run (--seed) under the round driver, writing the run directory of "
         "llome and lambo2 (config.json, rounds.jsonl, evaluated.csv, regret.png, checkpoints/; "
-        "resumable): round 0 = --initial-generations generations (LLOME's seed data), then "
-        "--generations-per-round generations per round (2 x 1000 particles = LLOME's j)",
+        "--resume continues it): round 0 = --initial-generations generations (LLOME's seed "
+        "data), then --generations-per-round generations per round (2 x 1000 particles = "
+        "LLOME's j). Without --rounds, --out receives trace.csv, summary.json and regret.png.",
     )
-    rounds.add_argument("--rounds", type=int, default=None, help="rounds after round 0")
     rounds.add_argument(
         "--initial-generations", type=int, default=10, help="n0, generations of round 0 (10)"
     )
     rounds.add_argument(
         "--generations-per-round", type=int, default=2, help="generations per later round (2)"
     )
-    rounds.add_argument("--resume", action="store_true", help="continue the run in --out")
 
 
 def _run_rounds(args: argparse.Namespace, config) -> int:  # config: ga.GAConfig
@@ -99,6 +92,10 @@ def run(args: argparse.Namespace) -> int:
     from llome_jax import ehrlich, ga
     from llome_jax.rundir import RunDirectory, atomic_write_text, plot_regret_curves
 
+    if args.function is None:
+        args.function = "f2"
+    if args.resume and args.rounds is None:
+        raise ValueError("--resume continues a round-mode run: pass --rounds")
     config = ga.GAConfig(
         num_particles=args.particles,
         survival_quantile=args.survival_quantile,
