@@ -1,0 +1,108 @@
+"""The shared round driver (``llome_jax.runner``) with a toy plug-in: what it writes, when it
+stops, and that an interrupted run resumes to the same files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from llome_jax import runner
+from llome_jax.metrics import round_metrics
+
+
+class Countdown:
+    """Labels 2 random sequences per round (L = 3, v = 5) with value = round / 4 (f = 1 at round 4)."""
+
+    name = "countdown"
+    legacy_values: Mapping[str, Any] = {}
+
+    def __init__(self, rounds: int, seed: int = 0) -> None:
+        self.rounds, self.seed = rounds, seed
+
+    def config_dict(self) -> dict[str, Any]:
+        return {"rounds": self.rounds, "seed": self.seed}
+
+    def total_rounds(self) -> int:
+        return self.rounds
+
+    def _label(self, key: jax.Array, r: int) -> tuple[dict[str, Any], runner.RoundResult]:
+        x = np.asarray(jax.random.randint(jax.random.fold_in(key, r), (2, 3), 0, 5), np.int32)
+        v = np.full(2, r / 4)
+        state = {"key": key, "round": jnp.asarray(r, jnp.int32)}
+        return state, runner.RoundResult(x, v, round_metrics(r, x, v, v))
+
+    def init(self, key: jax.Array):
+        return self._label(key, 0)
+
+    def round(self, state, *, progress: bool = False):
+        return self._label(state["key"], int(state["round"]) + 1)
+
+    def round_index(self, state) -> int:
+        return int(state["round"])
+
+    def stop_reason(self, state) -> str:
+        return "the optimum (f = 1) was found" if int(state["round"]) >= 4 else ""
+
+    def save(self, manager, state) -> None:
+        manager.save(int(state["round"]), state, {"round": int(state["round"])})
+
+    def restore(self, manager):
+        abstract = {"key": jax.eval_shape(lambda: jax.random.key(0)), "round": jnp.int32(0)}
+        restored = manager.restore_latest_good(abstract)
+        return None if restored is None else restored[1]
+
+    def round0_description(self) -> str:
+        return "toy"
+
+    def round_line(self, record: Mapping[str, Any]) -> str:
+        return f"round {record['round']}"
+
+    def plot(self, run_dir) -> None:
+        run_dir.plot_regret("countdown", "countdown")
+
+
+def _rows(path: pathlib.Path) -> list[list[str]]:
+    with open(path / "evaluated.csv", newline="") as stream:
+        return list(csv.reader(stream))
+
+
+def test_driver_writes_the_layout_and_stops_on_the_plugins_reason(tmp_path):
+    lines: list[str] = []
+    result = runner.run(Countdown(rounds=10), tmp_path / "run", log=lines.append)
+    # rounds 0..4, then the plug-in's stop reason ends the run before round 10
+    assert [r["round"] for r in result.records] == [0, 1, 2, 3, 4]
+    assert result.stop_reason == "the optimum (f = 1) was found"
+    assert lines[0] == "round 0 (toy): 2 distinct sequences, min regret 1.0000"
+    assert lines[-1] == "stopped early after round 4: the optimum (f = 1) was found"
+    rows = _rows(result.path)
+    assert rows[0] == ["round", "sequence", "value"] and len(rows) == 1 + 5 * 2
+    assert [float(r[2]) for r in rows[1:]] == [r / 4 for r in range(5) for _ in range(2)]
+    records = [json.loads(x) for x in (result.path / "rounds.jsonl").read_text().splitlines()]
+    assert [r["min_regret"] for r in records] == [1.0, 0.75, 0.5, 0.25, 0.0]
+    assert all(r["seconds"] >= 0.0 for r in records)
+    config = json.loads((result.path / "config.json").read_text())
+    assert config["optimizer"] == "countdown" and config["rounds"] == 10
+    assert (result.path / "regret.png").is_file()
+
+
+def test_interrupted_run_resumes_to_the_same_files(tmp_path):
+    full = runner.run(Countdown(rounds=3), tmp_path / "full", progress=False)
+    runner.run(Countdown(rounds=3), tmp_path / "part", progress=False, max_rounds_this_call=1)
+    # a half-written round 2 (logged, no checkpoint) is rolled back on resume
+    with open(tmp_path / "part" / "evaluated.csv", "a") as stream:
+        stream.write('2,"9,9,9",0.5\n')
+    resumed = runner.run(Countdown(rounds=3), tmp_path / "part", resume=True, progress=False)
+    assert _rows(resumed.path) == _rows(full.path)
+    assert [r["round"] for r in resumed.records] == [2, 3]
+    with pytest.raises(ValueError, match="configuration differs"):
+        runner.run(Countdown(rounds=3, seed=1), tmp_path / "part", resume=True, progress=False)
+    with pytest.raises(ValueError, match="already holds a run"):
+        runner.run(Countdown(rounds=3), tmp_path / "part", progress=False)
