@@ -1,0 +1,158 @@
+"""The ``paper`` preset at Pythia-2.8B scale without a GPU: AOT-compile its train steps and report
+the compiled memory per device.
+
+Lowers ``jax.jit`` on ``jax.ShapeDtypeStruct`` inputs only (no weights are allocated) for an
+8-device data-parallel mesh of fake CPU devices (``--xla_force_host_platform_device_count``), with
+the preset's batch sizes and micro-batching: MargE (AdamW, float32) and DPO (RMSprop, bfloat16
+matmuls, chosen + rejected sequences), ``T`` tokens per sequence (f2 prompts and targets with the
+Pythia tokenizer: ~134). Prints and writes ``compiled.memory_analysis()`` per step (arguments,
+outputs, temporaries, generated code; per device) to ``benchmarks/results/paper_scale_aot.json``.
+
+These are XLA:CPU buffer assignments: a GPU compile fuses differently, so read them as an estimate
+of the per-device plan (parameters + optimizer state + activations), not as a GPU measurement.
+
+Usage: ``python benchmarks/paper_scale_aot.py [--model 2.8b] [--tokens 134] [--devices 8]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import platform
+import time
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--model", default="2.8b")
+parser.add_argument("--tokens", type=int, default=134)
+parser.add_argument("--devices", type=int, default=8)
+parser.add_argument("--losses", default="marge,dpo")
+parser.add_argument(
+    "--out", default=str(pathlib.Path(__file__).parent / "results" / "paper_scale_aot.json")
+)
+args = parser.parse_args()
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={args.devices}"
+)
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import dataclasses  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from _report import write_json  # noqa: E402  (benchmarks/_report.py)
+
+from llome_jax import parallel  # noqa: E402
+from llome_jax.llome.finetune import microbatches  # noqa: E402
+from llome_jax.llome.presets import PRESETS  # noqa: E402
+from llome_jax.lm.pythia import PythiaConfig, abstract_model  # noqa: E402
+from llome_jax.losses import LossBatch, default_params, get_loss, loss_spec  # noqa: E402
+from llome_jax.train import (  # noqa: E402
+    TrainBatch,
+    TrainState,
+    make_optimizer,
+    make_train_step,
+    paper_optimizer,
+    split_params,
+)
+from llome_jax.types import SeqLogProbs  # noqa: E402
+
+GIB = 2**30
+
+
+def _sds(shape, dtype, mesh, spec):
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=jax.sharding.NamedSharding(mesh, spec))
+
+
+def main() -> None:
+    from jax.sharding import PartitionSpec as P
+
+    paper = PRESETS["paper"]
+    mesh = parallel.make_mesh(args.devices)
+    rows = []
+    for loss in [x.strip() for x in args.losses.split(",") if x.strip()]:
+        triples = loss_spec(loss).data == "triples"
+        dtype = paper["dpo_compute_dtype"] if triples else "float32"
+        config = PythiaConfig.preset(args.model, compute_dtype=dtype)
+        model = abstract_model(config)
+        units = paper["sft_batch_size"] if loss == "sft" else paper["batch_size"]
+        cfg = _LoopLike(paper["num_microbatches"])
+        m = microbatches(cfg, mesh, units)
+        opt = make_optimizer(paper_optimizer(loss, 1000))
+        step = make_train_step(get_loss(loss), model, opt, num_microbatches=m, mesh=mesh)
+        _, params, _ = split_params(model)
+        replicated = jax.sharding.NamedSharding(mesh, P())
+        params = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), params
+        )
+        state = TrainState(
+            params=params,
+            opt_state=jax.eval_shape(opt.init, params),
+            step=jax.ShapeDtypeStruct((), jnp.int32),
+            key=jax.eval_shape(lambda: jax.random.key(0)),
+        )
+        rows_b = 2 * units if triples else units
+        data = P(parallel.DATA_AXIS)
+        tokens = (rows_b, args.tokens)
+        batch = TrainBatch(
+            input_ids=_sds(tokens, jnp.int32, mesh, data),
+            attention_mask=_sds(tokens, jnp.int32, mesh, data),
+            target_mask=_sds(tokens, jnp.int32, mesh, data),
+            reference=SeqLogProbs(
+                _sds((rows_b,), jnp.float32, mesh, data), _sds((rows_b,), jnp.float32, mesh, data)
+            ),
+            loss=LossBatch(
+                reward=_sds((units,), jnp.float32, mesh, data),
+                weight=_sds((units,), jnp.float32, mesh, data),
+                group=_sds((units,), jnp.int32, mesh, data),
+            ),
+        )
+        hparams = default_params(loss).as_arrays()
+        t0 = time.perf_counter()
+        compiled = step.jitted.lower(state, batch, hparams, step.rest).compile()
+        seconds = time.perf_counter() - t0
+        mem = compiled.memory_analysis()
+        row = {
+            "loss": loss,
+            "model": args.model,
+            "compute_dtype": dtype,
+            "units_per_step": units,
+            "sequences_per_step": rows_b,
+            "tokens": args.tokens,
+            "devices": args.devices,
+            "num_microbatches": m,
+            "compile_seconds": seconds,
+            "argument_gib": mem.argument_size_in_bytes / GIB,
+            "output_gib": mem.output_size_in_bytes / GIB,
+            "alias_gib": mem.alias_size_in_bytes / GIB,
+            "temp_gib": mem.temp_size_in_bytes / GIB,
+            "code_gib": mem.generated_code_size_in_bytes / GIB,
+        }
+        row["peak_estimate_gib"] = (
+            row["argument_gib"] + row["output_gib"] - row["alias_gib"] + row["temp_gib"]
+        )
+        rows.append(row)
+        print(
+            f"{loss:>6} {args.model} {dtype:>8}: {units} units x {args.tokens} tokens on "
+            f"{args.devices} devices, M={m}; per device: arguments {row['argument_gib']:.2f} GiB,"
+            f" temporaries {row['temp_gib']:.2f} GiB, outputs {row['output_gib']:.2f} GiB "
+            f"(aliased {row['alias_gib']:.2f}); peak ~{row['peak_estimate_gib']:.2f} GiB; "
+            f"compiled in {seconds:.0f} s",
+            flush=True,
+        )
+    write_json(
+        args.out,
+        {"machine": platform.processor() or platform.machine(), "rows": rows},
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _LoopLike:
+    """The one ``LoopConfig`` field ``finetune.microbatches`` reads."""
+
+    num_microbatches: int
+    batch_size: int = 64
+
+
+if __name__ == "__main__":
+    main()
