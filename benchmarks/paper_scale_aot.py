@@ -81,10 +81,7 @@ def main() -> None:
         opt = make_optimizer(paper_optimizer(loss, 1000))
         step = make_train_step(get_loss(loss), model, opt, num_microbatches=m, mesh=mesh)
         _, params, _ = split_params(model)
-        replicated = jax.sharding.NamedSharding(mesh, P())
-        params = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), params
-        )
+        params = jax.tree.map(lambda x: _sds(x.shape, x.dtype, mesh, P()), params)
         state = TrainState(
             params=params,
             opt_state=jax.eval_shape(opt.init, params),
