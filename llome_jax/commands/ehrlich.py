@@ -17,7 +17,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "describe", help="print the instance: motifs, spacings, optimum, sparsity"
     )
     _function_arguments(describe)
-    describe.add_argument("--json", action="store_true", help="print JSON instead of text")
+    describe.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON instead of text: the whole instance, loadable as --function FILE.json",
+    )
     evaluate = sub.add_parser("evaluate", help="evaluate sequences read from a file ('-' = stdin)")
     _function_arguments(evaluate)
     evaluate.add_argument(
@@ -30,7 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _function_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "function", help="f1..f4, a paper Ehr name, or 'Ehr(v,L)-c-k-q' with --instance-seed"
+        "function",
+        help="f1..f4, a paper Ehr name, 'Ehr(v,L)-c-k-q' with --instance-seed, or an instance "
+        "file (describe --json)",
     )
     parser.add_argument(
         "--instance-seed", type=int, default=None, help="sample a new instance with this seed"
@@ -85,8 +91,10 @@ def run(args: argparse.Namespace) -> int:
     fn = ehrlich.resolve_function(args.function, args.instance_seed)
     if args.ehrlich_command == "describe":
         info = describe_instance(fn)
-        if args.json:
-            print(json.dumps(info, indent=1))
+        if args.json:  # the description plus the whole instance: a loadable --function file
+            start = ehrlich.resolve_initial_solution(args.function, args.instance_seed)
+            instance = {**info, **fn.to_json(), "initial_solution": np.asarray(start).tolist()}
+            print(json.dumps(instance, indent=1))
             return 0
         print(
             f"{info['name']}  (v={info['num_states']}, L={info['dim']}, c={info['num_motifs']}, "

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -83,6 +84,59 @@ class Ehrlich:
     def optimal_value(self) -> float:
         """The global maximum, always 1.0."""
         return 1.0
+
+    #: ``to_json``'s format tag (a loadable instance, the transition matrix included).
+    JSON_SCHEMA = "llome_jax.ehrlich/1"
+
+    def to_json(self) -> dict[str, Any]:
+        """The whole instance as JSON-ready data; :meth:`from_json` rebuilds it bit for bit
+        (float32 values are written as exact decimal floats)."""
+        cfg = self.config
+        return {
+            "schema": self.JSON_SCHEMA,
+            "config": {
+                "num_states": cfg.num_states,
+                "dim": cfg.dim,
+                "num_motifs": cfg.num_motifs,
+                "motif_length": cfg.motif_length,
+                "quantization": cfg.quantization,
+                "epistasis_factor": cfg.epistasis_factor,
+            },
+            "transition_matrix": np.asarray(self.transition_matrix, np.float32).tolist(),
+            "stationary_dist": np.asarray(self.stationary_dist, np.float32).tolist(),
+            "motifs": np.asarray(self.motifs).tolist(),
+            "offsets": np.asarray(self.offsets).tolist(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Ehrlich:
+        """An instance from :meth:`to_json`'s data (other keys, e.g. a description, are ignored).
+
+        Raises:
+          ValueError: another schema, or arrays inconsistent with the configuration.
+        """
+        if data.get("schema") != cls.JSON_SCHEMA:
+            raise ValueError(
+                f"not an Ehrlich instance file: schema {data.get('schema')!r}, expected "
+                f"{cls.JSON_SCHEMA!r} (write one with Ehrlich.to_json or `llome-jax ehrlich "
+                "describe --json`)"
+            )
+        config = EhrlichConfig(**data["config"])
+        config.validate()
+        v, c, k = config.num_states, config.num_motifs, config.motif_length
+        matrix = np.asarray(data["transition_matrix"], np.float32)
+        stationary = np.asarray(data["stationary_dist"], np.float32)
+        motifs = np.asarray(data["motifs"], np.int32)
+        offsets = np.asarray(data["offsets"], np.int32)
+        expected = {"transition_matrix": (v, v), "stationary_dist": (v,), "motifs": (c, k)}
+        for name, array in zip(expected, (matrix, stationary, motifs), strict=True):
+            if array.shape != expected[name]:
+                raise ValueError(f"{name} has shape {array.shape}, expected {expected[name]}")
+        if offsets.shape != (c, k) or np.any(offsets[:, 0] != 0) or offsets.max() >= config.dim:
+            raise ValueError(f"offsets must be [c, k] = {(c, k)}, start at 0 and fit in L")
+        if motifs.min() < 0 or motifs.max() >= v:
+            raise ValueError(f"motif states must lie in [0, {v})")
+        return _build(config, matrix, stationary, motifs, offsets)
 
     def __repr__(self) -> str:
         try:

@@ -13,9 +13,16 @@ import pathlib
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from llome_jax.ehrlich.config import EhrlichConfig
-from llome_jax.ehrlich.function import Ehrlich, from_holo, initial_solution, make
+from llome_jax.ehrlich.function import (
+    Ehrlich,
+    from_holo,
+    initial_solution,
+    make,
+    validate_tokens,
+)
 
 __all__ = [
     "PAPER_FUNCTIONS",
@@ -106,11 +113,17 @@ def resolve_function(spec: str, instance_seed: int | None = None) -> Ehrlich:
 
     * a paper name (``f1``..``f4`` or one of the six shipped Ehr names) without ``instance_seed``:
       the paper's exact instance;
-    * any ``Ehr(v,L)-c-k-q`` name with ``instance_seed``: ``make(jax.random.key(seed), config)``.
+    * any ``Ehr(v,L)-c-k-q`` name with ``instance_seed``: ``make(jax.random.key(seed), config)``;
+    * a ``.json`` file written by ``Ehrlich.to_json`` / ``llome-jax ehrlich describe --json``.
 
     Raises:
       ValueError: for an unknown name or an Ehr name that is neither shipped nor seeded.
+      FileNotFoundError: a ``.json`` path that does not exist.
     """
+    if str(spec).endswith(".json"):
+        if instance_seed is not None:
+            raise ValueError("an instance file is one instance: drop --instance-seed")
+        return Ehrlich.from_json(_read_instance(spec))
     if instance_seed is None:
         try:
             return paper_function(spec)
@@ -131,13 +144,30 @@ def resolve_function(spec: str, instance_seed: int | None = None) -> Ehrlich:
     return make(jax.random.key(instance_seed), config)
 
 
+def _read_instance(path: str) -> dict:
+    file = pathlib.Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"instance file {file} does not exist")
+    return json.loads(file.read_text())
+
+
 def resolve_initial_solution(spec: str, instance_seed: int | None = None) -> jax.Array:
     """The start sequence for ``resolve_function(spec, instance_seed)``.
+
+    For an instance file: its ``initial_solution`` if it has one, else a chain sample (key 0).
 
     The paper's stored GA start for its instances; for a sampled instance, one chain sample from the
     stationary law keyed by the instance seed (like holo's ``initial_solution()``, a property of
     the function, not of the run). int32 ``[L]``.
     """
+    if str(spec).endswith(".json"):
+        fn = resolve_function(spec)
+        stored = _read_instance(spec).get("initial_solution")
+        if stored is not None:
+            return validate_tokens(fn, np.asarray(stored, np.int32)[None], what="initial_solution")[
+                0
+            ]
+        return initial_solution(jax.random.fold_in(jax.random.key(0), 0x1A1), fn, 1)[0]
     if instance_seed is None:
         return paper_initial_solution(spec)
     fn = resolve_function(spec, instance_seed)
