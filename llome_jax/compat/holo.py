@@ -10,6 +10,7 @@ the functional core it wraps is not.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import jax
@@ -17,7 +18,11 @@ import numpy as np
 
 from llome_jax import ehrlich as _ehrlich
 
-__all__ = ["Ehrlich"]
+__all__ = ["Ehrlich", "HoloSeedWarning"]
+
+
+class HoloSeedWarning(UserWarning):
+    """The same ``random_seed`` gives another instance than pytorch-holo's."""
 
 
 class Ehrlich:
@@ -38,6 +43,14 @@ class Ehrlich:
         negate: bool = False,
         random_seed: int = 0,
     ) -> None:
+        warnings.warn(
+            f"Ehrlich(random_seed={random_seed}) samples its instance with JAX's PRNG: it is not "
+            "the instance pytorch-holo builds for the same seed (holo's RNG stream needs torch). "
+            "For holo's instance use Ehrlich.from_instance(llome_jax.ehrlich.from_holo(...)) or "
+            "paper_function(...) for the paper's.",
+            HoloSeedWarning,
+            stacklevel=2,
+        )
         config = _ehrlich.EhrlichConfig(
             num_states=num_states,
             dim=dim,
