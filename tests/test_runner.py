@@ -106,3 +106,25 @@ def test_interrupted_run_resumes_to_the_same_files(tmp_path):
         runner.run(Countdown(rounds=3, seed=1), tmp_path / "part", resume=True, progress=False)
     with pytest.raises(ValueError, match="already holds a run"):
         runner.run(Countdown(rounds=3), tmp_path / "part", progress=False)
+
+
+def test_print_config_shows_what_a_run_records(tmp_path, capsys):
+    """``--print-config`` prints the configuration that ``config.json`` records (provenance aside)
+    and writes nothing; without it, ``--out`` is required."""
+    from llome_jax.cli import main as cli_main
+
+    ga_args = ["ga", "--function", "Ehr(8,8)-2-2-2", "--instance-seed", "1", "--particles", "64"]
+    ga_args += ["--rounds", "1", "--initial-generations", "2", "--generations-per-round", "1"]
+    assert cli_main([*ga_args, "--print-config"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert cli_main([*ga_args, "--out", str(tmp_path / "ga"), "--no-progress"]) == 0
+    capsys.readouterr()
+    recorded = json.loads((tmp_path / "ga" / "config.json").read_text())
+    recorded.pop("provenance")
+    assert printed == recorded
+    for command in ("llome", "lambo2"):
+        assert cli_main([command, "--preset", "smoke", "--print-config"]) == 0
+        assert json.loads(capsys.readouterr().out)["optimizer"] == command
+        assert cli_main([command, "--preset", "smoke"]) == 2
+        assert "--out DIR is required" in capsys.readouterr().err
+    assert not any(p.name != "ga" for p in tmp_path.iterdir())

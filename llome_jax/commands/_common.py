@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["add_run_arguments", "run_overrides"]
+__all__ = ["add_run_arguments", "print_config_or_require_out", "run_overrides"]
 
 
 def add_run_arguments(
@@ -49,9 +49,14 @@ def add_run_arguments(
         "--rounds", type=int, default=None, help=rounds_help or f"{what} rounds (preset: 10)"
     )
     parser.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
-    parser.add_argument("--out", required=True, help="run directory")
+    parser.add_argument("--out", default=None, help="run directory (required to run)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars / lines")
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the effective configuration (as config.json records it) and exit",
+    )
 
 
 def run_overrides(args: argparse.Namespace, presets: Iterable[str]) -> dict[str, Any]:
@@ -77,3 +82,24 @@ def run_overrides(args: argparse.Namespace, presets: Iterable[str]) -> dict[str,
             raise ValueError("--rounds must be >= 1")
         overrides["rounds"] = args.rounds
     return overrides
+
+
+def print_config_or_require_out(
+    args: argparse.Namespace, optimizer: str, config: Any, extra: dict[str, Any] | None = None
+) -> bool:
+    """With ``--print-config``: print ``{"optimizer", **config.to_dict(), **extra}`` (what the
+    run's ``config.json`` records, provenance aside) and return True (the command exits);
+    otherwise check that ``--out`` was given and return False.
+
+    Raises:
+      ValueError: neither ``--print-config`` nor ``--out``.
+    """
+    import json
+
+    if args.print_config:
+        shown = {"optimizer": optimizer, **config.to_dict(), **(extra or {})}
+        print(json.dumps(shown, indent=1, default=list))
+        return True
+    if args.out is None:
+        raise ValueError("--out DIR is required (or --print-config to show the configuration)")
+    return False

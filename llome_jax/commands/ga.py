@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from llome_jax.commands._common import add_run_arguments
+from llome_jax.commands._common import add_run_arguments, print_config_or_require_out
 
 NAME = "ga"
 HELP = (
@@ -69,6 +69,8 @@ def _run_rounds(args: argparse.Namespace, config) -> int:  # config: ga.GAConfig
         generations_per_round=args.generations_per_round,
         ga=config,
     )
+    if print_config_or_require_out(args, "ga", cfg):
+        return 0
     result = run(cfg, args.out, resume=args.resume, progress=not args.no_progress)
     if result.records:
         last = result.records[-1]
@@ -106,6 +108,10 @@ def run(args: argparse.Namespace) -> int:
         args.seeds = 1 if args.seeds is None else args.seeds
         return _run_rounds(args, config)
     args.seeds = 8 if args.seeds is None else args.seeds
+    if args.print_config:
+        raise ValueError("--print-config shows a round-mode configuration: pass --rounds")
+    if args.out is None:
+        raise ValueError("--out DIR is required")
     if args.generations < 1 or args.seeds < 1 or args.segment < 1:
         raise ValueError("--generations, --seeds and --segment must be positive")
     fn = ehrlich.resolve_function(args.function, args.instance_seed)

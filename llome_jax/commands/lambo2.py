@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from llome_jax.commands._common import add_run_arguments, run_overrides
+from llome_jax.commands._common import (
+    add_run_arguments,
+    print_config_or_require_out,
+    run_overrides,
+)
 
 NAME = "lambo2"
 HELP = (
@@ -66,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
     from llome_jax.lambo2 import optimizer
 
     cfg = build_config(args)
+    if print_config_or_require_out(args, "lambo2", cfg, {"preset": args.preset}):
+        return 0
     mesh = None
     if args.devices is not None:
         from llome_jax.parallel import make_mesh

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from llome_jax.commands._common import add_run_arguments, run_overrides
+from llome_jax.commands._common import (
+    add_run_arguments,
+    print_config_or_require_out,
+    run_overrides,
+)
 
 NAME = "llome"
 HELP = (
@@ -62,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = build_config(args)
     validate_config(cfg)
+    if print_config_or_require_out(args, "llome", cfg):
+        return 0
     result = run_llome(
         cfg,
         args.out,
