@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     base = preset(args.preset, function=args.function, rounds=args.rounds)
-    budget = base.ga_generations * base.ga_particles + args.rounds * base.num_selected
+    budget = base.ga_generations * base.ga.num_particles + args.rounds * base.filter.num_selected
 
     curves: dict[str, list] = {}
     rows = []

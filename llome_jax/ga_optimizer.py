@@ -29,7 +29,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from llome_jax import ga
+from llome_jax import configs, ga
 from llome_jax.runner import RoundResult, RunResult
 from llome_jax.runner import run as run_rounds
 
@@ -62,8 +62,13 @@ class GARunConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer; got {value!r}")
 
+    def replace(self, **overrides: Any) -> GARunConfig:
+        """This configuration with settings replaced (dotted keys such as ``ga.num_particles``
+        or nested dicts; ``llome_jax.configs.override``)."""
+        return configs.override(self, overrides)
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return configs.to_dict(self)
 
 
 @functools.partial(
@@ -89,7 +94,9 @@ class GeneticAlgorithm:
     """
 
     name = "ga"
-    legacy_values: Mapping[str, Any] = {}
+
+    def upgrade_config(self, saved: dict[str, Any]) -> dict[str, Any]:
+        return saved
 
     def __init__(self, cfg: GARunConfig) -> None:
         from llome_jax import ehrlich

@@ -24,7 +24,7 @@ import math
 import os
 import pathlib
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -133,6 +133,7 @@ class RunDirectory:
         resume: bool = False,
         mutable_keys: Sequence[str] = ("rounds", "generations", "resume", "out"),
         legacy_values: Mapping[str, Any] | None = None,
+        upgrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> RunDirectory:
         """Open a run directory.
 
@@ -146,6 +147,8 @@ class RunDirectory:
             that reproduces the behaviour from before the setting existed. A key missing from the
             saved ``config.json`` matches when ``config`` holds exactly that value (so old runs
             resume with their old behaviour, and refuse a new one).
+          upgrade: turns a saved ``config.json`` written by an earlier version into today's form
+            (after ``legacy_values``), before the comparison.
 
         Raises:
           ValueError: on a configuration mismatch or an existing run without ``resume``; nothing is
@@ -162,6 +165,8 @@ class RunDirectory:
             saved = json.loads(config_path.read_text())
             for key, value in _normalise(dict(legacy_values or {})).items():
                 saved.setdefault(key, value)
+            if upgrade is not None:
+                saved = _normalise(upgrade(saved))
             differing = sorted(
                 key
                 for key in set(saved) | set(config)

@@ -59,12 +59,15 @@ class RoundOptimizer(Protocol[State]):
     name: str
     #: the run seed: round 0 gets ``jax.random.key(seed)``.
     seed: int
-    #: settings added after run directories were made, with the value that reproduces the old
-    #: behaviour (``RunDirectory.create``); ``{}`` if none.
-    legacy_values: Mapping[str, Any]
 
     def config_dict(self) -> dict[str, Any]:
         """The JSON configuration recorded in ``config.json`` (without ``"optimizer"``)."""
+        ...
+
+    def upgrade_config(self, saved: dict[str, Any]) -> dict[str, Any]:
+        """A ``config.json`` written by an earlier version in today's form (settings added since
+        set to the values that reproduce the old behaviour), for the comparison on resume;
+        ``saved`` itself when nothing changed."""
         ...
 
     def total_rounds(self) -> int:
@@ -155,7 +158,7 @@ def run(
         config,
         resume=resume,
         mutable_keys=("rounds", "resume", "out", "provenance"),
-        legacy_values=optimizer.legacy_values,
+        upgrade=optimizer.upgrade_config,
     )
     records: list[dict[str, Any]] = []
     with CheckpointManager(run_dir.checkpoint_dir, max_to_keep=2) as manager:

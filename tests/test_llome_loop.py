@@ -131,7 +131,7 @@ def test_smoke_run_files_and_invariants(smoke_run: pathlib.Path) -> None:
         fn,
         ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed),
         cfg.ga_generations,
-        ga.GAConfig(num_particles=cfg.ga_particles, mutation_prob=cfg.ga_mutation_prob),
+        ga.GAConfig(num_particles=cfg.ga.num_particles, mutation_prob=cfg.ga.mutation_prob),
     )
     ga_x, ga_v, _ = archive.to_numpy()
     np.testing.assert_array_equal(seqs[rounds == 0], ga_x)
@@ -141,18 +141,18 @@ def test_smoke_run_files_and_invariants(smoke_run: pathlib.Path) -> None:
     assert set(rounds.tolist()) == {0, 1, 2}
 
     # num_evaluations = n0 * n_GA + labels of each round; the labels of a round are distinct.
-    expected = cfg.ga_generations * cfg.ga_particles
+    expected = cfg.ga_generations * cfg.ga.num_particles
     assert records[0]["num_evaluations"] == expected
     for record in records[1:]:
         r = record["round"]
         labelled = seqs[rounds == r]
-        assert 0 < len(labelled) <= cfg.num_selected
+        assert 0 < len(labelled) <= cfg.filter.num_selected
         assert len(np.unique(labelled, axis=0)) == len(labelled)
         expected += len(labelled)
         assert record["num_evaluations"] == expected
         assert record["num_selected"] == len(labelled)
-        assert record["num_generated"] == cfg.num_seeds * cfg.num_iterations * (
-            1 + len(cfg.temperatures) * cfg.num_samples
+        assert record["num_generated"] == cfg.num_seeds * cfg.refine.num_iterations * (
+            1 + len(cfg.temperatures) * cfg.refine.num_samples
         )
         regret_all = 1.0 - np.where(np.isfinite(values[rounds <= r]), values[rounds <= r], 0.0)
         assert record["min_regret"] == pytest.approx(regret_all.min())
@@ -161,7 +161,8 @@ def test_smoke_run_files_and_invariants(smoke_run: pathlib.Path) -> None:
         assert 0.0 <= record["frac_unique"] <= 1.0
         assert np.isfinite(record["train_loss"]) and np.isfinite(record["seconds"])
         assert record["temperature_offset"] in (0.0, 0.2, 0.4, 0.6)
-        steps = cfg.epochs * -(-min(record["num_pairs"], cfg.max_train_examples) // cfg.batch_size)
+        ft = cfg.finetune
+        steps = ft.epochs * -(-min(record["num_pairs"], ft.max_train_examples) // ft.batch_size)
         assert record["train_steps"] == steps
     # No sequence is labelled twice: evaluated.csv is a set (GA data, rounds 1 and 2).
     assert len(np.unique(seqs, axis=0)) == len(seqs)
@@ -273,7 +274,7 @@ def test_resume_after_round_one_equals_uninterrupted(
     loop.run(cfg, out, resume=True, progress=False, extra_config=extra)
     assert (out / "rounds.jsonl").read_bytes() == before
     # More rounds on resume is the same configuration (only `rounds` may change).
-    more = dataclasses.replace(cfg, rounds=3)
+    more = cfg.replace(rounds=3)
     loop.run(more, out, resume=True, progress=False, extra_config=extra, max_rounds_this_call=0)
     assert json.loads((out / "config.json").read_text())["rounds"] == 3
     assert (out / "rounds.jsonl").read_bytes() == before
@@ -352,7 +353,7 @@ def test_schedule_parsing() -> None:
     with pytest.raises(ValueError):
         loop.loss_for_round(schedule, 0)
     cfg = preset("cpu")
-    assert cfg.schedule == (("sft", 1), ("marge", 9)) and cfg.num_selected == 2000
+    assert cfg.schedule == (("sft", 1), ("marge", 9)) and cfg.filter.num_selected == 2000
     assert cfg.rounds == 10 and cfg.ga_generations == 10 and cfg.function == "f2"
     assert hash(cfg) == hash(preset("cpu"))
 
@@ -436,7 +437,7 @@ def test_data_parallel_training_equals_single_device(monkeypatch: pytest.MonkeyP
     reduction order can change."""
     assert jax.device_count() == 8
     single = preset("smoke", max_train_examples=64)
-    sharded = dataclasses.replace(single, data_parallel=True)
+    sharded = single.replace(data_parallel=True)
     state = _init_state(single)
     x, v = state.latest()
     moments: list[np.ndarray] = []  # the single-device run's
@@ -468,10 +469,10 @@ def test_data_parallel_training_equals_single_device(monkeypatch: pytest.MonkeyP
     # Elements with a near-zero gradient are ill-conditioned and get a wide tolerance (this is
     # where the old "all to 1e-3" bound was nearly reached: 4e-4); plus one float32 rounding of
     # the parameter per step.
-    assert single.max_grad_norm == 1.0
+    assert single.finetune.max_grad_norm == 1.0
     opt_config = finetune.optimizer_config(single, "dpo", len(moments))
     schedule = train.learning_rate_schedule(opt_config)
-    dg = 64 * _EPS32 * single.max_grad_norm
+    dg = 64 * _EPS32 * single.finetune.max_grad_norm
     tol = sum(
         float(schedule(t)) * 2 * dg / (np.sqrt(nu) + opt_config.rms_eps)
         for t, nu in enumerate(moments)
@@ -516,7 +517,7 @@ def test_weights_dir_loads_model_and_tokenizer(tmp_path: pathlib.Path) -> None:
     save_file(hf_tensors(model), str(weights / "model.safetensors"))
     tokenizer.save_pretrained(weights)
 
-    with_weights = dataclasses.replace(cfg, weights=str(weights))
+    with_weights = cfg.replace(weights=str(weights))
     loop.validate_config(with_weights)
     state = _init_state(with_weights)
     assert _runtime(with_weights).codec.vocab_size == len(tokenizer)

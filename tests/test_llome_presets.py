@@ -3,7 +3,6 @@ loop's own functions (optimizer, loss parameters, batch sizes), not only the pre
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import math
@@ -42,7 +41,7 @@ PAPER_TABLE: list[tuple[str, Any, Any, str]] = [
     ("SFT eps", lambda c: finetune.optimizer_config(c, "sft", 10, 1).eps, 1e-8, APPENDIX_SFT),
     ("SFT learning rate (bold 1e-6)",
      lambda c: finetune.optimizer_config(c, "sft", 10, 1).learning_rate, 1e-6, APPENDIX_SFT),
-    ("SFT batch size (bold 128)", lambda c: c.batch_size_for("sft"), 128, APPENDIX_SFT),
+    ("SFT batch size (bold 128)", lambda c: c.finetune.batch_size_for("sft"), 128, APPENDIX_SFT),
     # DPO: "RMSprop optimizer, with alpha=0.99, lambda=mu=0, eps=1e-8 ... we train with bf16"
     ("DPO optimizer", lambda c: finetune.optimizer_config(c, "dpo", 10).name, "rmsprop",
      APPENDIX_DPO),
@@ -52,8 +51,8 @@ PAPER_TABLE: list[tuple[str, Any, Any, str]] = [
     ("DPO eps", lambda c: finetune.optimizer_config(c, "dpo", 10).rms_eps, 1e-8, APPENDIX_DPO),
     ("DPO learning rate (bold 1e-7)",
      lambda c: finetune.optimizer_config(c, "dpo", 10).learning_rate, 1e-7, APPENDIX_DPO),
-    ("DPO batch size (bold 64)", lambda c: c.batch_size_for("dpo"), 64, APPENDIX_DPO),
-    ("DPO precision (bf16)", lambda c: c.dpo_compute_dtype, "bfloat16", APPENDIX_DPO),
+    ("DPO batch size (bold 64)", lambda c: c.finetune.batch_size_for("dpo"), 64, APPENDIX_DPO),
+    ("DPO precision (bf16)", lambda c: c.finetune.dpo_compute_dtype, "bfloat16", APPENDIX_DPO),
     # MargE: "AdamW optimizer, with beta1=0.9, beta2=0.999, lambda=0.01, eps=1e-8"
     ("MargE optimizer", lambda c: finetune.optimizer_config(c, "marge", 10).name, "adamw",
      APPENDIX_MARGE),
@@ -61,7 +60,7 @@ PAPER_TABLE: list[tuple[str, Any, Any, str]] = [
      APPENDIX_MARGE),
     ("MargE learning rate (bold 1e-6)",
      lambda c: finetune.optimizer_config(c, "marge", 10).learning_rate, 1e-6, APPENDIX_MARGE),
-    ("MargE batch size (bold 64)", lambda c: c.batch_size_for("marge"), 64, APPENDIX_MARGE),
+    ("MargE batch size (bold 64)", lambda c: c.finetune.batch_size_for("marge"), 64, APPENDIX_MARGE),
     ("MargE lambda (bold 10)", lambda c: float(finetune.loss_params(c, "marge").kl_weight), 10.0,
      APPENDIX_MARGE),
     # "Self-Normalization": w~ = w / sum_{B} w (normalised to sum 1 over the batch)
@@ -72,7 +71,8 @@ PAPER_TABLE: list[tuple[str, Any, Any, str]] = [
     # with the correct format >90% of the time, then we select the set-up with the next best
     # validation loss that meets these constraints" -- applied to each MargE/DPO round's checkpoints
     ("checkpoint selection with a >90 % format gate",
-     lambda c: (c.select_checkpoint, c.selection_threshold, set(c.selection_losses)),
+     lambda c: (c.finetune.select_checkpoint, c.finetune.selection_threshold,
+                set(c.finetune.selection_losses)),
      (True, 0.9, {"marge", "dpo"}), "App. 'LLM Training Details', first paragraph"),
     # "We trained REINFORCE with the same best hyperparameters as MargE."
     ("REINFORCE learning rate",
@@ -81,27 +81,27 @@ PAPER_TABLE: list[tuple[str, Any, Any, str]] = [
     ("REINFORCE lambda", lambda c: float(finetune.loss_params(c, "reinforce").kl_weight), 10.0,
      "App. 'LLM Training Details', paragraph REINFORCE"),
     # Sec. 5 "LLOME Details": one epoch, Pythia 2.8B, SFT before MargE/DPO
-    ("epochs per round", lambda c: c.epochs, 1, "Sec. 5 'Llome Details': 'for one epoch'"),
+    ("epochs per round", lambda c: c.finetune.epochs, 1, "Sec. 5 'Llome Details': 'for one epoch'"),
     ("base model", lambda c: c.model, "2.8b", "Sec. 5 'Llome Details': Pythia 2.8B"),
     ("first round is SFT, then MargE", lambda c: (c.loss(1), c.loss(2), c.loss(10)),
      ("sft", "marge", "marge"), "Sec. 5 'Llome Details': one round of SFT before MargE"),
     # Alg. 1 caption: n0 = 10, j = 2000, T = 10
     ("GA generations n0", lambda c: c.ga_generations, 10, "Alg. 1 caption"),
-    ("labels per round j", lambda c: c.num_selected, 2000, "Alg. 1 caption"),
+    ("labels per round j", lambda c: c.filter.num_selected, 2000, "Alg. 1 caption"),
     ("rounds T", lambda c: c.rounds, 10, "Alg. 1 caption"),
     # Alg. IterativeRefinement caption: n_s = 200, n_i = 10, n_o = 10, T = [0.6, ..., 1.6]
     ("seeds n_s", lambda c: c.num_seeds, 200, "Alg. IterativeRefinement caption"),
-    ("iterations n_i", lambda c: c.num_iterations, 10, "Alg. IterativeRefinement caption"),
-    ("samples n_o", lambda c: c.num_samples, 10, "Alg. IterativeRefinement caption"),
+    ("iterations n_i", lambda c: c.refine.num_iterations, 10, "Alg. IterativeRefinement caption"),
+    ("samples n_o", lambda c: c.refine.num_samples, 10, "Alg. IterativeRefinement caption"),
     ("temperatures", lambda c: tuple(c.temperatures), (0.6, 0.8, 1.0, 1.2, 1.4, 1.6),
      "Alg. IterativeRefinement caption"),
-    ("greedy decoding too", lambda c: c.greedy, True, "App. 'Iterative Refinement'"),
+    ("greedy decoding too", lambda c: c.refine.greedy, True, "App. 'Iterative Refinement'"),
     # Alg. DatasetFormatting caption: k_n = 30, Delta x = 0.25
-    ("PropEn neighbours k_n", lambda c: c.num_neighbours, 30, "Alg. DatasetFormatting caption"),
-    ("PropEn Delta x", lambda c: c.max_distance, 0.25, "Alg. DatasetFormatting caption"),
+    ("PropEn neighbours k_n", lambda c: c.propen.num_neighbours, 30, "Alg. DatasetFormatting caption"),
+    ("PropEn Delta x", lambda c: c.propen.max_distance, 0.25, "Alg. DatasetFormatting caption"),
     # App. 'Genetic Algorithm': p_m = 0.005, n = 1000
-    ("GA mutation probability", lambda c: c.ga_mutation_prob, 0.005, "App. 'Genetic Algorithm'"),
-    ("GA particles", lambda c: c.ga_particles, 1000, "App. 'Genetic Algorithm'"),
+    ("GA mutation probability", lambda c: c.ga.mutation_prob, 0.005, "App. 'Genetic Algorithm'"),
+    ("GA particles", lambda c: c.ga.num_particles, 1000, "App. 'Genetic Algorithm'"),
 ]  # fmt: skip
 
 
@@ -137,15 +137,17 @@ def test_sft_batch_size_sets_the_steps_of_an_sft_round():
         jax.random.key(2), _runtime(cfg), cfg, "sft", data, state.params, False, 1, 2
     )
     assert info["train_steps"] == math.ceil(64 / 16)
-    marge = dataclasses.replace(cfg, batch_size=32)
-    assert marge.batch_size_for("marge") == 32 and marge.batch_size_for("sft") == 16
+    marge = cfg.replace(batch_size=32)
+    assert (
+        marge.finetune.batch_size_for("marge") == 32 and marge.finetune.batch_size_for("sft") == 16
+    )
 
 
 def test_dpo_in_bfloat16_trains_close_to_float32():
     """``dpo_compute_dtype="bfloat16"``: the DPO step and its reference log-probs run with bf16
     matmuls (parameters stay float32); one epoch lands near the float32 run but not on it."""
     fp32 = preset("smoke", max_train_examples=64)
-    bf16 = dataclasses.replace(fp32, dpo_compute_dtype="bfloat16")
+    bf16 = fp32.replace(dpo_compute_dtype="bfloat16")
     assert finetune.training_model(_runtime(bf16), bf16, "dpo").config.compute_dtype == "bfloat16"
     assert finetune.training_model(_runtime(bf16), bf16, "sft") is _runtime(bf16).model
     state = _init_state(fp32)
@@ -162,9 +164,9 @@ def test_dpo_in_bfloat16_trains_close_to_float32():
     leaves = jax.tree.leaves(p16)
     assert all(np.asarray(leaf).dtype == np.float32 for leaf in leaves)
     with pytest.raises(ValueError, match="dpo_compute_dtype"):
-        dataclasses.replace(fp32, dpo_compute_dtype="float16")
+        fp32.replace(dpo_compute_dtype="float16")
     with pytest.raises(ValueError, match="sft_batch_size"):
-        dataclasses.replace(fp32, sft_batch_size=0)
+        fp32.replace(sft_batch_size=0)
 
 
 # ------------------------------------------------------------------------ paper preset end to end
@@ -216,8 +218,8 @@ def test_paper_preset_runs_sft_then_marge_on_eight_devices(tmp_path: pathlib.Pat
         function=smoke.function,
         instance_seed=smoke.instance_seed,
         ga_generations=smoke.ga_generations,
-        ga_particles=smoke.ga_particles,
-        ga_mutation_prob=smoke.ga_mutation_prob,
+        ga_particles=smoke.ga.num_particles,
+        ga_mutation_prob=smoke.ga.mutation_prob,
         rounds=2,
         max_train_examples=512,
         num_seeds=32,

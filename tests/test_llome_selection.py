@@ -317,12 +317,12 @@ def test_off_or_other_losses_change_nothing(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(selection, "greedy_gate", never)
     results = []
-    for cfg in (base, dataclasses.replace(base, select_checkpoint=True)):  # SFT not selected
+    for cfg in (base, base.replace(select_checkpoint=True)):  # SFT not selected
         results.append(
             finetune.train(jax.random.key(2), _runtime(cfg), cfg, "sft", data, state.params, False)
         )
     (p_off, _, l_off, info_off), (p_on, _, l_on, info_on) = results
-    assert info_off == info_on == {"train_steps": 8, "learning_rate": base.learning_rate}
+    assert info_off == info_on == {"train_steps": 8, "learning_rate": base.finetune.learning_rate}
     assert l_off == l_on
     _assert_same(p_off, p_on)
 
@@ -339,14 +339,14 @@ def test_off_or_other_losses_change_nothing(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_config_fields_validation_and_config_json() -> None:
     cfg = preset("smoke")
-    assert not cfg.select_checkpoint and cfg.selection_threshold == 0.9
-    assert cfg.selection_losses == ("marge", "dpo") and cfg.selection_num_prompts == 64
-    off = cfg.to_dict()
-    assert not {"select_checkpoint", "selection_threshold", "selection_losses"} & set(off)
-    assert "selection_num_prompts" not in off and off["selection_likelihood"] == "raw"
-    on = preset("smoke", select_checkpoint=True).to_dict()
+    assert not cfg.finetune.select_checkpoint and cfg.finetune.selection_threshold == 0.9
+    assert cfg.finetune.selection_losses == ("marge", "dpo")
+    assert cfg.finetune.selection_num_prompts == 64
+    on = preset("smoke", select_checkpoint=True, selection_threshold=0.75).to_dict()["finetune"]
     assert on["select_checkpoint"] is True and on["selection_losses"] == ["marge", "dpo"]
-    assert on["selection_threshold"] == 0.9 and on["selection_num_prompts"] == 64
+    assert on["selection_threshold"] == 0.75 and on["selection_num_prompts"] == 64
+    # (a config.json from before the option, without these keys, reads as "off":
+    # test_rundir.py::test_flat_llome_config_json_reads_as_the_nested_configuration)
     for bad, match in (
         ({"select_checkpoint": 1}, "select_checkpoint"),
         ({"selection_threshold": 1.01}, "selection_threshold"),
@@ -354,7 +354,7 @@ def test_config_fields_validation_and_config_json() -> None:
         ({"selection_threshold": float("nan")}, "selection_threshold"),
         ({"selection_losses": ()}, "selection_losses"),
         ({"selection_losses": ("marge", "ppo")}, "selection_losses"),
-        ({"selection_losses": ["dpo"]}, "selection_losses"),
+        ({"selection_losses": "dpo"}, "selection_losses"),
         ({"selection_losses": ("dpo", "dpo")}, "selection_losses"),
         ({"selection_num_prompts": 0}, "selection_num_prompts"),
         ({"selection_num_prompts": True}, "selection_num_prompts"),

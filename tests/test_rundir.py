@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import pathlib
 
 import numpy as np
 import pytest
@@ -52,15 +53,31 @@ def test_resume_fills_settings_added_later_with_their_legacy_value(tmp_path):
         )
 
 
-def test_llome_legacy_values_name_real_settings():
-    import dataclasses
+def test_flat_llome_config_json_reads_as_the_nested_configuration():
+    """``config.json`` of a run directory made before ``LoopConfig`` was nested (the fixture was
+    written by ``llome --preset smoke --loss marge --seed 3`` at commit 2604557) upgrades to the
+    nested form of the same configuration, so such runs resume; differences survive the upgrade,
+    and settings added after a directory was made take the values of the old behaviour."""
+    from llome_jax.llome.config import LEGACY_VALUES, upgrade_saved_config
+    from llome_jax.llome.presets import preset
 
-    from llome_jax.llome import loop
-
-    fields = {f.name: f for f in dataclasses.fields(loop.LoopConfig)}
-    assert set(loop.LEGACY_VALUES) <= set(fields)
-    # every legacy value is accepted by LoopConfig (the old behaviour is still selectable)
-    loop.LoopConfig(**loop.LEGACY_VALUES)
+    saved = json.loads(
+        (pathlib.Path(__file__).parent / "fixtures" / "llome_config_flat.json").read_text()
+    )
+    now = preset("smoke", seed=3, schedule=(("sft", 1), ("marge", 1)))
+    assert rundir._normalise(upgrade_saved_config(saved)) == rundir._normalise(
+        {"optimizer": "llome", **now.to_dict()}
+    )
+    changed = upgrade_saved_config({**saved, "num_iterations": 3, "filter_rule": "reference"})
+    assert changed["refine"]["num_iterations"] == 3 and changed["refine"] != now.to_dict()["refine"]
+    assert changed["filter"]["strict_threshold"] is False  # the authors' Filter
+    older = upgrade_saved_config({k: v for k, v in saved.items() if k not in LEGACY_VALUES})
+    assert older["exclude_labelled"] is False and older["training_data"] == "latest"
+    assert older["finetune"]["marge_weight_norm"] == "mean"
+    assert older["finetune"]["dpo_compute_dtype"] == "float32"
+    assert older["finetune"]["sft_batch_size"] is None
+    nested = now.to_dict()
+    assert upgrade_saved_config(nested) == nested
 
 
 def test_log_read_and_rollback(tmp_path):

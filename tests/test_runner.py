@@ -22,7 +22,9 @@ class Countdown:
     """Labels 2 random sequences per round (L = 3, v = 5) with value = round / 4 (f = 1 at round 4)."""
 
     name = "countdown"
-    legacy_values: Mapping[str, Any] = {}
+
+    def upgrade_config(self, saved: dict[str, Any]) -> dict[str, Any]:
+        return saved
 
     def __init__(self, rounds: int, seed: int = 0) -> None:
         self.rounds, self.seed = rounds, seed

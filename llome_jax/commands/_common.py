@@ -4,7 +4,10 @@
 has presets), ``--rounds``, ``--seed``, ``--out``, ``--resume`` and ``--no-progress`` with one
 meaning and one default each;
 ``run_overrides`` turns them into configuration overrides (only what was given, so a preset keeps
-its own function and number of rounds).
+its own function and number of rounds). ``--config FILE`` and ``--set KEY=VALUE`` reach every
+setting of the optimizer's configuration (dotted keys into the nested configurations, as
+``--print-config`` shows them); :func:`apply_settings` applies them after the preset and the
+other flags.
 """
 
 from __future__ import annotations
@@ -13,7 +16,15 @@ import argparse
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["add_run_arguments", "print_config_or_require_out", "run_overrides"]
+__all__ = [
+    "add_run_arguments",
+    "apply_settings",
+    "print_config_or_require_out",
+    "run_overrides",
+]
+
+#: keys of a run's ``config.json`` that are not settings: ``--config`` accepts such a file
+_NOT_SETTINGS = ("optimizer", "provenance", "loss")
 
 
 def add_run_arguments(
@@ -57,6 +68,22 @@ def add_run_arguments(
         action="store_true",
         help="print the effective configuration (as config.json records it) and exit",
     )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help="settings from a JSON or YAML file: nested as --print-config shows them, or dotted "
+        "keys; a run's config.json works. Applied after the preset and the other flags",
+    )
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one setting, dotted into nested configurations (e.g. finetune.epochs=4; the value "
+        "is read as JSON, else as a string); repeatable; applied last",
+    )
 
 
 def run_overrides(args: argparse.Namespace, presets: Iterable[str]) -> dict[str, Any]:
@@ -82,6 +109,32 @@ def run_overrides(args: argparse.Namespace, presets: Iterable[str]) -> dict[str,
             raise ValueError("--rounds must be >= 1")
         overrides["rounds"] = args.rounds
     return overrides
+
+
+def apply_settings(args: argparse.Namespace, optimizer: str, config: Any) -> Any:
+    """``config`` with the settings of ``--config FILE`` and then of every ``--set KEY=VALUE``
+    (``config.replace``: dotted keys or nested dicts; see ``llome_jax.configs``).
+
+    Raises:
+      ValueError / FileNotFoundError: an unreadable file, a file made for another optimizer, an
+        unknown key (the message lists the valid ones) or a value of the wrong type; before any
+        work starts.
+    """
+    from llome_jax import configs
+
+    settings: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        loaded = configs.load_config_file(args.config)
+        made_for = loaded.get("optimizer", optimizer)
+        if made_for != optimizer:
+            raise ValueError(
+                f"--config {args.config} holds a {made_for!r} configuration, not {optimizer!r}"
+            )
+        settings.update({k: v for k, v in loaded.items() if k not in _NOT_SETTINGS})
+    for item in getattr(args, "settings", None) or []:
+        key, value = configs.parse_assignment(item)
+        settings[key] = value
+    return config.replace(**settings) if settings else config
 
 
 def print_config_or_require_out(

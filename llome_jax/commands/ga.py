@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from llome_jax.commands._common import add_run_arguments, print_config_or_require_out
+from llome_jax.commands._common import (
+    add_run_arguments,
+    apply_settings,
+    print_config_or_require_out,
+)
 
 NAME = "ga"
 HELP = (
@@ -69,6 +73,7 @@ def _run_rounds(args: argparse.Namespace, config) -> int:  # config: ga.GAConfig
         generations_per_round=args.generations_per_round,
         ga=config,
     )
+    cfg = apply_settings(args, "ga", cfg)
     if print_config_or_require_out(args, "ga", cfg):
         return 0
     result = run(cfg, args.out, resume=args.resume, progress=not args.no_progress)
@@ -108,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
         args.seeds = 1 if args.seeds is None else args.seeds
         return _run_rounds(args, config)
     args.seeds = 8 if args.seeds is None else args.seeds
+    if args.config or args.settings:
+        raise ValueError("--config / --set configure a round-mode run: pass --rounds")
     if args.print_config:
         raise ValueError("--print-config shows a round-mode configuration: pass --rounds")
     if args.out is None:

@@ -6,6 +6,7 @@ import argparse
 
 from llome_jax.commands._common import (
     add_run_arguments,
+    apply_settings,
     print_config_or_require_out,
     run_overrides,
 )
@@ -63,7 +64,7 @@ def build_config(args: argparse.Namespace):  # -> Lambo2Config
         design["kl_weight"] = kl_weight
     if design:
         overrides["design"] = design
-    return preset(args.preset, **overrides)
+    return apply_settings(args, "lambo2", preset(args.preset, **overrides))
 
 
 def run(args: argparse.Namespace) -> int:

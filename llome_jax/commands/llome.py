@@ -6,6 +6,7 @@ import argparse
 
 from llome_jax.commands._common import (
     add_run_arguments,
+    apply_settings,
     print_config_or_require_out,
     run_overrides,
 )
@@ -55,7 +56,7 @@ def build_config(args: argparse.Namespace):  # -> LoopConfig
         overrides["weights"] = args.weights
     if args.num_selected is not None:
         overrides["num_selected"] = args.num_selected
-    return preset(args.preset, **overrides)
+    return apply_settings(args, "llome", preset(args.preset, **overrides))
 
 
 def run(args: argparse.Namespace) -> int:

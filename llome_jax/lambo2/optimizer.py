@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from llome_jax import configs
 from llome_jax.lambo2 import design as lambo_design
 from llome_jax.lambo2 import model as lambo_model
 from llome_jax.lambo2 import train as lambo_train
@@ -97,8 +98,13 @@ class Lambo2Config:
             self.model_preset, num_states, length, **dict(self.model_overrides)
         )
 
+    def replace(self, **overrides: Any) -> Lambo2Config:
+        """This configuration with settings replaced (dotted keys such as ``train.epochs`` or
+        nested dicts; ``llome_jax.configs.override``)."""
+        return configs.override(self, overrides)
+
     def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
+        out = configs.to_dict(self)
         out["model_overrides"] = dict(self.model_overrides)
         if out["design"].get("kl_weight") == 0.0:
             # the default is left out so that run directories written before the KL option
@@ -131,17 +137,11 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def preset(name: str, **overrides: Any) -> Lambo2Config:
-    """A :class:`Lambo2Config` from ``PRESETS[name]``; ``overrides`` replace top-level fields
-    (``train``/``design`` given as dicts update the preset's)."""
+    """A :class:`Lambo2Config` from ``PRESETS[name]``, then ``overrides`` (dotted keys or nested
+    dicts: ``train``/``design`` given as dicts update the preset's; ``configs.override``)."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}.")
-    values = {**PRESETS[name]}
-    for nested in ("train", "design"):
-        values[nested] = {**values.get(nested, {}), **overrides.pop(nested, {})}
-    values.update(overrides)
-    values["train"] = lambo_train.TrainConfig(**values["train"])
-    values["design"] = lambo_design.DesignConfig(**values["design"])
-    return Lambo2Config(**values)
+    return Lambo2Config().replace(**PRESETS[name]).replace(**overrides)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,7 +272,9 @@ class Lambo2:
     """
 
     name = "lambo2"
-    legacy_values: Mapping[str, Any] = {}
+
+    def upgrade_config(self, saved: dict[str, Any]) -> dict[str, Any]:
+        return saved
 
     def __init__(self, cfg: Lambo2Config, *, mesh: Any = None) -> None:
         from llome_jax import ehrlich

@@ -14,17 +14,25 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
+from llome_jax import configs
+from llome_jax.ga import GAConfig
+from llome_jax.llome.data import PropEnConfig
+from llome_jax.llome.filter import FilterConfig
+from llome_jax.llome.refine import RefineConfig
 from llome_jax.llome.temperature import DEFAULT_TEMPERATURES
 from llome_jax.losses import LOSS_SPECS
 
 __all__ = [
+    "FLAT_KEYS",
     "LEGACY_VALUES",
     "LOSS_NAMES",
+    "FinetuneConfig",
     "LoopConfig",
     "check_weights_dir",
     "loss_for_round",
     "parse_schedule",
     "schedule_for_loss",
+    "upgrade_saved_config",
     "validate_config",
 ]
 
@@ -32,8 +40,8 @@ __all__ = [
 #: check, so a loss registered with ``losses.register_loss`` is accepted everywhere).
 LOSS_NAMES: Mapping[str, Any] = LOSS_SPECS
 
-#: Settings added after the first LLOME runs, with the value that reproduces the earlier behaviour:
-#: a run directory whose ``config.json`` lacks one resumes only with that value.
+#: Settings added after the first LLOME runs (flat names), with the value that reproduces the
+#: earlier behaviour: a run directory whose ``config.json`` lacks one resumes only with that value.
 LEGACY_VALUES: dict[str, Any] = {
     "exclude_labelled": False,
     "marge_weight_norm": "mean",
@@ -117,17 +125,10 @@ def loss_for_round(schedule: tuple[tuple[str, int], ...], round_index: int) -> s
 # Configuration
 # --------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class LoopConfig:
-    """Static configuration of a LLOME run (hashable; see ``llome_jax.llome.presets``).
+class FinetuneConfig:
+    """How each round trains the policy (paper values in brackets).
 
-    Attributes (paper values in brackets):
-      function / instance_seed: the Ehrlich function (``ehrlich.resolve_function``) [f2].
-      schedule: loss per round, ``(("sft", 1), ("marge", 9))``; past its end the last loss repeats.
-      rounds: LLOME rounds ``T`` [10]. seed: run seed (GA, init, every sampling step).
-      ga_generations / ga_particles / ga_mutation_prob: ``n0`` [10], the GA population [1000]
-        and its mutation probability [0.005].
-      model: ``PythiaConfig`` preset name for a from-scratch model, with ``model_overrides``;
-        ``weights``: a GPT-NeoX directory for ``from_pretrained`` (its tokenizer too) instead.
+    Attributes:
       learning_rate / dpo_learning_rate, weight_decay, warmup_steps / dpo_warmup_steps, epochs,
         batch_size (loss units per optimizer step: pairs, DPO triples), num_microbatches,
         max_grad_norm: training [1e-6 / 1e-7, 0.01, 0 / 150, 1, 64, -, 1.0]. AdamW for
@@ -143,35 +144,14 @@ class LoopConfig:
       first_round_learning_rate: learning rate of round 1 (``None``: ``learning_rate``).
       first_round_min_steps: round 1 trains for at least this many optimizer steps (more epochs
         when the GA data gives few pairs: f2's GA data gives only ~500 after the infeasible cap).
-      max_train_examples: random subset of the round's pairs/triples (``None``: all) - a CPU knob.
-      training_data: what a round trains on and takes its seeds from: "latest" = ``S_i``, the
-        sequences labelled in the previous round (Algorithm 1 of the appendix, the authors' code);
-        "cumulative" = every labelled sequence so far, ``D^(i)`` of the main text (Sec. 4: "the
-        cumulative dataset ... containing all previously evaluated sequences"; seeds are "the
-        top-scoring historical sequences").
+      max_train_examples: random subset of the round's pairs/triples (``None``: all), a CPU knob.
       marge_group_size: self-normalisation group (``None``: the whole batch, paper; 1: reference).
       kl_weight: MargE/REINFORCE ``lambda`` override (``None``: 10).
       marge_weight_norm: MargE's self-normalised weights ``w~`` "sum" to 1 over the batch (the
         appendix "Self-Normalization" read literally: reward term ``(1/B) sum w~ c``) or have
         "mean" 1 (``sum w~ c``, the self-normalised importance-sampling estimate, B times larger
         relative to the lambda term). Identical for groups of one.
-      num_seeds, seed_rule ("paper": TopK(S_i) / "reference": top training rows), num_iterations,
-        num_samples, temperatures, greedy, top_k, next_input ("paper" / "reference"),
-        selection_likelihood ("raw" pi_theta, paper / "processed" temperature+top-k log-probs,
-        reference), generation_batch_size: IterativeRefinement [200, 10, 10, 0.6..1.6, yes, 50].
-      filter_likelihood: likelihood the Filter thresholds ("raw" pi_theta(x), paper /
-        "processed", reference).
-      adaptive_temperature / reset_temperature_at_phase: offsets +0.6/+0.4/+0.2 from the previous
-        round's mean Hamming distance; the reference resets it when the loss changes.
-      num_selected (j), filter_rule ("paper" / "reference"): Filter [2000].
-      exclude_labelled: the Filter drops candidates that are already labelled (GA data, earlier
-        rounds, seeds) before it draws j, so no sequence is labelled twice (paper: the labelled
-        set is a set); ``False`` is the authors' code, which can relabel earlier sequences.
-      num_neighbours, max_distance, symmetric_pairs, max_infeasible_fraction: PropEn [30, 0.25,
-        paper: directed, 0.1].
-      min_unique_candidates: stop when a round produced fewer unique valid candidates (``None``:
-        ``num_seeds``).
-      data_parallel: shard training/log-prob/generation batches over all devices.
+      logprob_batch_size: rows per reference log-prob pass.
       select_checkpoint: keep the best checkpoint of a round instead of the last
         (``llome_jax.llome.selection``) [off; the authors' code: on for MargE and DPO, the paper
         applies the same gate to its hyper-parameter search]. The round's units are split 95 % /
@@ -179,25 +159,13 @@ class LoopConfig:
         and the greedy generations of ``selection_num_prompts`` validation prompts are computed;
         the kept checkpoint has the lowest validation loss among those whose outputs are >=
         ``selection_threshold`` valid (parsable, length ``L``, in range) and feasible; if none
-        passes, the last. Off, nothing changes (records and ``config.json`` included).
+        passes, the last. Off, nothing changes.
       selection_threshold: the gate's fraction [0.9: "correct format >90% of the time"].
       selection_losses: the losses whose rounds select [("marge", "dpo"); SFT keeps the last].
       selection_num_prompts: validation prompts generated per candidate [reference: the first
         ~16 of the <= 100 validation rows].
-      preset: the preset the configuration came from (recorded).
     """
 
-    function: str = "f2"
-    instance_seed: int | None = None
-    schedule: tuple[tuple[str, int], ...] = (("sft", 1), ("marge", 9))
-    rounds: int = 10
-    seed: int = 0
-    ga_generations: int = 10
-    ga_particles: int = 1000
-    ga_mutation_prob: float = 0.005
-    model: str = "small"
-    model_overrides: tuple[tuple[str, Any], ...] = ()
-    weights: str | None = None
     learning_rate: float = 1e-6
     dpo_learning_rate: float = 1e-7
     weight_decay: float = 0.01
@@ -213,70 +181,28 @@ class LoopConfig:
     num_microbatches: int = 1
     max_grad_norm: float | None = 1.0
     max_train_examples: int | None = None
-    training_data: str = "latest"
     marge_group_size: int | None = None
     kl_weight: float | None = None
     marge_weight_norm: str = "mean"
     logprob_batch_size: int = 64
-    num_seeds: int = 200
-    seed_rule: str = "paper"
-    num_iterations: int = 10
-    num_samples: int = 10
-    temperatures: tuple[float, ...] = DEFAULT_TEMPERATURES
-    adaptive_temperature: bool = True
-    reset_temperature_at_phase: bool = False
-    greedy: bool = True
-    top_k: int | None = 50
-    next_input: str = "paper"
-    selection_likelihood: str = "raw"
-    filter_likelihood: str = "raw"
-    generation_batch_size: int = 1024
-    num_selected: int = 2000
-    filter_rule: str = "paper"
-    exclude_labelled: bool = True
-    num_neighbours: int = 30
-    max_distance: float = 0.25
-    symmetric_pairs: bool = False
-    max_infeasible_fraction: float | None = 0.1
-    min_unique_candidates: int | None = None
-    data_parallel: bool = False
     select_checkpoint: bool = False
     selection_threshold: float = 0.9
     selection_losses: tuple[str, ...] = ("marge", "dpo")
     selection_num_prompts: int = 64
-    preset: str = "custom"
 
     def __post_init__(self) -> None:
-        positive = (
-            "rounds", "ga_generations", "ga_particles", "epochs", "batch_size",
-            "num_microbatches", "logprob_batch_size", "num_seeds", "num_iterations",
-            "num_samples", "generation_batch_size", "num_selected",
-        )  # fmt: skip
-        for name in positive:
+        for name in ("epochs", "batch_size", "num_microbatches", "logprob_batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer; got {value!r}")
-        if not self.schedule:
-            raise ValueError("the loss schedule is empty")
-        for name, count in self.schedule:
-            if name not in LOSS_NAMES or not isinstance(count, int) or count < 1:
-                raise ValueError(f"bad schedule entry {(name, count)!r}")
         for name, allowed in (
-            ("seed_rule", ("paper", "reference")),
-            ("next_input", ("paper", "reference")),
-            ("filter_rule", ("paper", "reference")),
-            ("selection_likelihood", ("raw", "processed")),
-            ("filter_likelihood", ("raw", "processed")),
             ("marge_weight_norm", ("sum", "mean")),
-            ("training_data", ("latest", "cumulative")),
             ("dpo_compute_dtype", ("float32", "bfloat16")),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}; got {getattr(self, name)!r}")
         if self.learning_rate < 0 or self.dpo_learning_rate < 0:
             raise ValueError("learning rates must be non-negative")
-        if not self.temperatures or any(t <= 0 for t in self.temperatures):
-            raise ValueError(f"temperatures must be positive; got {self.temperatures}")
         if self.sft_batch_size is not None and (
             isinstance(self.sft_batch_size, bool)
             or not isinstance(self.sft_batch_size, int)
@@ -287,8 +213,6 @@ class LoopConfig:
             )
         if self.max_train_examples is not None and self.max_train_examples < 1:
             raise ValueError("max_train_examples must be >= 1 or None")
-        if self.weights is None and not self.model:
-            raise ValueError("set a model preset name or --weights")
         self._check_selection()
 
     def _check_selection(self) -> None:
@@ -308,17 +232,11 @@ class LoopConfig:
         ):
             raise ValueError(
                 f"selection_losses must be a non-empty tuple of distinct losses from "
-                f"{sorted(LOSS_NAMES)}; "
-                f"got {losses!r}"
+                f"{sorted(LOSS_NAMES)}; got {losses!r}"
             )
         n = self.selection_num_prompts
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"selection_num_prompts must be a positive integer; got {n!r}")
-
-    # ------------------------------------------------------------------ helpers
-    def loss(self, round_index: int) -> str:
-        """Loss of round ``round_index`` (1-based)."""
-        return loss_for_round(self.schedule, round_index)
 
     def batch_size_for(self, loss: str) -> int:
         """Loss units per optimizer step of a round trained with ``loss``."""
@@ -326,21 +244,190 @@ class LoopConfig:
             return self.sft_batch_size
         return self.batch_size
 
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+    """Static configuration of a LLOME run (hashable; see ``llome_jax.llome.presets``).
+
+    The phases of a round have their own configurations, the ones their functions take:
+    ``ga`` (:class:`~llome_jax.ga.GAConfig`, round 0), ``propen``
+    (:class:`~llome_jax.llome.data.PropEnConfig`, DatasetFormatting), ``finetune``
+    (:class:`FinetuneConfig`), ``refine`` (:class:`~llome_jax.llome.refine.RefineConfig`,
+    IterativeRefinement) and ``filter`` (:class:`~llome_jax.llome.filter.FilterConfig`). Replace
+    settings with :meth:`replace` (dotted keys, nested dicts, or the flat names of
+    :data:`FLAT_KEYS`).
+
+    Attributes (paper values in brackets):
+      function / instance_seed: the Ehrlich function (``ehrlich.resolve_function``) [f2].
+      schedule: loss per round, ``(("sft", 1), ("marge", 9))``; past its end the last loss repeats
+        (``replace`` also accepts the string ``"sft:1,marge:9"``).
+      rounds: LLOME rounds ``T`` [10]. seed: run seed (GA, init, every sampling step).
+      ga_generations: ``n0`` [10]; ``ga``: the GA [1000 particles, mutation 0.005].
+      model: ``PythiaConfig`` preset name for a from-scratch model, with ``model_overrides``;
+        ``weights``: a GPT-NeoX directory for ``from_pretrained`` (its tokenizer too) instead.
+      training_data: what a round trains on and takes its seeds from: "latest" = ``S_i``, the
+        sequences labelled in the previous round (Algorithm 1 of the appendix, the authors' code);
+        "cumulative" = every labelled sequence so far, ``D^(i)`` of the main text (Sec. 4: "the
+        cumulative dataset ... containing all previously evaluated sequences"; seeds are "the
+        top-scoring historical sequences").
+      num_seeds, seed_rule: ``n_s`` [200] seeds of IterativeRefinement, "paper" = TopK(S_i) or
+        "reference" = the top training rows.
+      temperatures [0.6..1.6]; adaptive_temperature / reset_temperature_at_phase: offsets
+        +0.6/+0.4/+0.2 from the previous round's mean Hamming distance; the reference resets it
+        when the loss changes.
+      filter_likelihood: likelihood the Filter thresholds ("raw" pi_theta(x), paper /
+        "processed", reference).
+      exclude_labelled: the Filter drops candidates that are already labelled (GA data, earlier
+        rounds, seeds) before it draws j, so no sequence is labelled twice (paper: the labelled
+        set is a set); ``False`` is the authors' code, which can relabel earlier sequences.
+      min_unique_candidates: stop when a round produced fewer unique valid candidates (``None``:
+        ``num_seeds``).
+      data_parallel: shard training/log-prob/generation batches over all devices.
+      preset: the preset the configuration came from (recorded).
+    """
+
+    function: str = "f2"
+    instance_seed: int | None = None
+    schedule: tuple[tuple[str, int], ...] = (("sft", 1), ("marge", 9))
+    rounds: int = 10
+    seed: int = 0
+    ga_generations: int = 10
+    ga: GAConfig = dataclasses.field(default_factory=GAConfig)
+    model: str = "small"
+    model_overrides: tuple[tuple[str, Any], ...] = ()
+    weights: str | None = None
+    training_data: str = "latest"
+    propen: PropEnConfig = dataclasses.field(default_factory=PropEnConfig)
+    finetune: FinetuneConfig = dataclasses.field(default_factory=FinetuneConfig)
+    num_seeds: int = 200
+    seed_rule: str = "paper"
+    temperatures: tuple[float, ...] = DEFAULT_TEMPERATURES
+    adaptive_temperature: bool = True
+    reset_temperature_at_phase: bool = False
+    refine: RefineConfig = dataclasses.field(default_factory=RefineConfig)
+    filter: FilterConfig = dataclasses.field(default_factory=FilterConfig)
+    filter_likelihood: str = "raw"
+    exclude_labelled: bool = True
+    min_unique_candidates: int | None = None
+    data_parallel: bool = False
+    preset: str = "custom"
+
+    def __post_init__(self) -> None:
+        for name in ("rounds", "ga_generations", "num_seeds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer; got {value!r}")
+        if not self.schedule:
+            raise ValueError("the loss schedule is empty")
+        for name, count in self.schedule:
+            if name not in LOSS_NAMES or not isinstance(count, int) or count < 1:
+                raise ValueError(f"bad schedule entry {(name, count)!r}")
+        for name, allowed in (
+            ("seed_rule", ("paper", "reference")),
+            ("filter_likelihood", ("raw", "processed")),
+            ("training_data", ("latest", "cumulative")),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}; got {getattr(self, name)!r}")
+        if not self.temperatures or any(t <= 0 for t in self.temperatures):
+            raise ValueError(f"temperatures must be positive; got {self.temperatures}")
+        if self.weights is None and not self.model:
+            raise ValueError("set a model preset name or --weights")
+
+    # ------------------------------------------------------------------ helpers
+    def loss(self, round_index: int) -> str:
+        """Loss of round ``round_index`` (1-based)."""
+        return loss_for_round(self.schedule, round_index)
+
     @property
     def min_candidates(self) -> int:
         return self.num_seeds if self.min_unique_candidates is None else self.min_unique_candidates
 
+    def replace(self, **overrides: Any) -> LoopConfig:
+        """This configuration with settings replaced: dotted keys (``**{"finetune.epochs": 4}``),
+        nested dicts (``finetune={"epochs": 4}``) or the flat names of :data:`FLAT_KEYS`
+        (``epochs=4``; ``filter_rule="reference"`` sets the authors' Filter).
+
+        Raises:
+          ValueError: an unknown key, a value of the wrong type, or an invalid combination.
+        """
+        return configs.override(self, _expand_flat_keys(overrides))
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly dict (``config.json``)."""
-        out = dataclasses.asdict(self)
+        """JSON-friendly nested dict (``config.json``)."""
+        out = configs.to_dict(self)
         out["schedule"] = ",".join(f"{n}:{c}" for n, c in self.schedule)
         out["model_overrides"] = {k: v for k, v in self.model_overrides}
-        out["temperatures"] = list(self.temperatures)
-        out["selection_losses"] = list(self.selection_losses)
-        if not self.select_checkpoint:  # runs without the option keep their config.json
-            del out["select_checkpoint"], out["selection_threshold"]
-            del out["selection_losses"], out["selection_num_prompts"]
         return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LoopConfig:
+        """The configuration :meth:`to_dict` wrote (or a flat one from before the nesting)."""
+        return cls().replace(**data)
+
+
+#: The flat setting names of LoopConfig before its phases had their own configurations, and
+#: where each lives now. ``LoopConfig.replace``, ``presets.preset`` and old run directories'
+#: ``config.json`` accept them.
+FLAT_KEYS: dict[str, str] = {
+    "ga_particles": "ga.num_particles",
+    "ga_mutation_prob": "ga.mutation_prob",
+    **{f.name: f"finetune.{f.name}" for f in dataclasses.fields(FinetuneConfig)},
+    "num_neighbours": "propen.num_neighbours",
+    "max_distance": "propen.max_distance",
+    "symmetric_pairs": "propen.symmetric",
+    "max_infeasible_fraction": "propen.max_infeasible_fraction",
+    "num_iterations": "refine.num_iterations",
+    "num_samples": "refine.num_samples",
+    "greedy": "refine.greedy",
+    "top_k": "refine.top_k",
+    "generation_batch_size": "refine.batch_size",
+    "next_input": "refine.next_input",
+    "selection_likelihood": "refine.selection_likelihood",
+    "num_selected": "filter.num_selected",
+}
+
+
+def _expand_flat_keys(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Flat names as dotted keys; ``filter_rule`` ("paper"/"reference") as the Filter's fields
+    (before any explicit ``filter.*`` key, which then wins)."""
+    expanded: dict[str, Any] = {}
+    rule = overrides.get("filter_rule")
+    if rule is not None:
+        if rule not in ("paper", "reference"):
+            raise ValueError(f"filter_rule must be 'paper' or 'reference'; got {rule!r}")
+        rule_cfg = FilterConfig.paper() if rule == "paper" else FilterConfig.reference()
+        for f in dataclasses.fields(FilterConfig):
+            if f.name != "num_selected":
+                expanded[f"filter.{f.name}"] = getattr(rule_cfg, f.name)
+    for key, value in overrides.items():
+        if key == "schedule" and isinstance(value, str):
+            value = parse_schedule(value)
+        if key != "filter_rule":
+            expanded[FLAT_KEYS.get(key, key)] = value
+    return expanded
+
+
+def upgrade_saved_config(saved: Mapping[str, Any]) -> dict[str, Any]:
+    """A run directory's ``config.json`` in today's nested form.
+
+    One written before the configuration was nested has flat keys (:data:`FLAT_KEYS`); settings
+    added since are filled with the values that reproduce the old behaviour
+    (:data:`LEGACY_VALUES`). Keys that are not settings (``optimizer``, ``loss``,
+    ``provenance``) are kept. A nested one is returned unchanged.
+    """
+    if "finetune" in saved:
+        return dict(saved)
+    known = {f.name for f in dataclasses.fields(LoopConfig)} | set(FLAT_KEYS) | {"filter_rule"}
+    flat = {k: v for k, v in saved.items() if k in known}
+    rest = {k: v for k, v in saved.items() if k not in known}
+    for key, value in LEGACY_VALUES.items():
+        flat.setdefault(key, value)
+    try:
+        config = LoopConfig.from_dict(flat)
+    except ValueError:
+        return dict(saved)  # not a LLOME configuration this version reads: compared as it is
+    return {**rest, **config.to_dict()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -384,6 +471,3 @@ def validate_config(cfg: LoopConfig) -> None:
         from llome_jax.lm.pythia import PythiaConfig
 
         PythiaConfig.preset(cfg.model, vocab_size=64, **dict(cfg.model_overrides))
-    from llome_jax.ga import GAConfig
-
-    GAConfig(num_particles=cfg.ga_particles, mutation_prob=cfg.ga_mutation_prob)

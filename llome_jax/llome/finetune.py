@@ -45,22 +45,22 @@ __all__ = [
 def optimizer_config(cfg: LoopConfig, loss: str, total_steps: int, round_index: int = 2) -> Any:
     from llome_jax.train import paper_optimizer
 
-    learning_rate = cfg.learning_rate
-    if round_index == 1 and cfg.first_round_learning_rate is not None:
-        learning_rate = cfg.first_round_learning_rate
+    learning_rate = cfg.finetune.learning_rate
+    if round_index == 1 and cfg.finetune.first_round_learning_rate is not None:
+        learning_rate = cfg.finetune.first_round_learning_rate
     if loss_spec(loss).data == "triples":  # preference losses: the dpo_* settings
         return paper_optimizer(
             loss,
             max(total_steps, 1),
-            learning_rate=cfg.dpo_learning_rate,
-            warmup_steps=cfg.dpo_warmup_steps,
+            learning_rate=cfg.finetune.dpo_learning_rate,
+            warmup_steps=cfg.finetune.dpo_warmup_steps,
         )
     return paper_optimizer(
         loss,
         max(total_steps, 1),
         learning_rate=learning_rate,
-        weight_decay=cfg.weight_decay,
-        warmup_steps=cfg.warmup_steps,
+        weight_decay=cfg.finetune.weight_decay,
+        warmup_steps=cfg.finetune.warmup_steps,
     )
 
 
@@ -79,24 +79,24 @@ def _make_train_step(rt: Runtime, cfg: LoopConfig, loss: str, opt_config: Any) -
         get_loss(loss),
         training_model(rt, cfg, loss),
         make_optimizer(opt_config),
-        num_microbatches=microbatches(cfg, rt.mesh, cfg.batch_size_for(loss)),
-        max_grad_norm=cfg.max_grad_norm,
+        num_microbatches=microbatches(cfg, rt.mesh, cfg.finetune.batch_size_for(loss)),
+        max_grad_norm=cfg.finetune.max_grad_norm,
         mesh=rt.mesh,
     )
 
 
 def microbatches(cfg: LoopConfig, mesh: Any, batch_size: int | None = None) -> int:
-    """The largest ``M <= cfg.num_microbatches`` with ``batch_size % (M * devices) == 0``.
+    """The largest ``M <= cfg.finetune.num_microbatches`` with ``batch_size % (M * devices) == 0``.
 
     (Paper: 64 = 32 accumulation steps x 2 GPUs x 1; on 8 devices that becomes 8 x 8 x 1.)
     """
-    batch_size = cfg.batch_size if batch_size is None else batch_size
+    batch_size = cfg.finetune.batch_size if batch_size is None else batch_size
     devices = 1 if mesh is None else int(mesh.devices.size)
     if batch_size % devices:
         raise ValueError(
             f"batch_size {batch_size} must be divisible by the {devices} data-parallel devices"
         )
-    m = max(1, min(cfg.num_microbatches, batch_size // devices))
+    m = max(1, min(cfg.finetune.num_microbatches, batch_size // devices))
     while batch_size % (m * devices):
         m -= 1
     return m
@@ -108,11 +108,11 @@ def training_model(rt: Runtime, cfg: LoopConfig, loss: str) -> Any:
     abstract copy in it."""
     model = rt.model
     preference = loss_spec(loss).data == "triples"
-    if not preference or cfg.dpo_compute_dtype == model.config.compute_dtype:
+    if not preference or cfg.finetune.dpo_compute_dtype == model.config.compute_dtype:
         return model
     return rt.compiled(
-        ("model_dtype", cfg.dpo_compute_dtype),
-        lambda: _model_in_dtype(rt, cfg.dpo_compute_dtype),
+        ("model_dtype", cfg.finetune.dpo_compute_dtype),
+        lambda: _model_in_dtype(rt, cfg.finetune.dpo_compute_dtype),
     )
 
 
@@ -128,10 +128,10 @@ def _model_in_dtype(rt: Runtime, compute_dtype: str) -> Any:
 def loss_params(cfg: LoopConfig, loss: str) -> Any:
     spec = loss_spec(loss)
     params = spec.params
-    if cfg.kl_weight is not None and spec.kl_weighted:
-        params = params.replace(kl_weight=float(cfg.kl_weight))
+    if cfg.finetune.kl_weight is not None and spec.kl_weighted:
+        params = params.replace(kl_weight=float(cfg.finetune.kl_weight))
     if spec.weight_norm:
-        params = params.replace(weights_sum_to_one=float(cfg.marge_weight_norm == "sum"))
+        params = params.replace(weights_sum_to_one=float(cfg.finetune.marge_weight_norm == "sum"))
     return params
 
 
@@ -139,20 +139,18 @@ def training_data(
     key: jax.Array, rt: Runtime, cfg: LoopConfig, loss: str, x: np.ndarray, v: np.ndarray
 ) -> dict[str, Any]:
     """Pairs (or triples) of ``S_i``, tokenised; ``None``-free dict of numpy arrays."""
-    from llome_jax.llome.data import PropEnConfig, preference_triples, propen_pairs
+    from llome_jax.llome.data import preference_triples, propen_pairs
 
     k_pairs, k_subset = jax.random.split(key)
-    propen = PropEnConfig(
-        num_neighbours=cfg.num_neighbours,
-        max_distance=cfg.max_distance,
-        max_infeasible_fraction=cfg.max_infeasible_fraction,
-        symmetric=cfg.symmetric_pairs and loss_spec(loss).data == "pairs",
+    # symmetric neighbourhoods are a pairs-only option (triples are always directed)
+    propen = dataclasses.replace(
+        cfg.propen, symmetric=cfg.propen.symmetric and loss_spec(loss).data == "pairs"
     )
     knn = {"num_states": rt.fn.config.num_states}
     if loss_spec(loss).data == "triples":
         triples = preference_triples(k_pairs, x, v, propen, **knn)
         n_candidates = len(triples)
-        rows = subset(k_subset, n_candidates, cfg.max_train_examples)
+        rows = subset(k_subset, n_candidates, cfg.finetune.max_train_examples)
         triples = triples.select(rows)
         prompt, chosen, rejected = triples.gather(x)
         n = len(triples)
@@ -171,7 +169,7 @@ def training_data(
         }
     pairs = propen_pairs(k_pairs, x, v, propen, **knn)
     n_candidates = len(pairs)
-    pairs = pairs.select(subset(k_subset, n_candidates, cfg.max_train_examples))
+    pairs = pairs.select(subset(k_subset, n_candidates, cfg.finetune.max_train_examples))
     inputs, targets = pairs.gather(x)
     ids, tmask, amask = rt.codec.encode_pairs(inputs, targets)
     return {
@@ -210,7 +208,7 @@ def _make_eval_step(rt: Runtime, cfg: LoopConfig, loss: str) -> Any:
     return make_eval_step(
         get_loss(loss),
         training_model(rt, cfg, loss),
-        num_microbatches=microbatches(cfg, rt.mesh, cfg.batch_size_for(loss)),
+        num_microbatches=microbatches(cfg, rt.mesh, cfg.finetune.batch_size_for(loss)),
         mesh=rt.mesh,
     )
 
@@ -234,7 +232,7 @@ def selection_candidate(
     val_loss = float(np.sum(jax.device_get(summed))) / sum(count for _, count in val)
     policy = model_with(rt.model, params)
     gate = selection.greedy_gate(
-        policy, rt.codec, rt.fn, prompts, batch_size=cfg.generation_batch_size, mesh=rt.mesh
+        policy, rt.codec, rt.fn, prompts, batch_size=cfg.refine.batch_size, mesh=rt.mesh
     )
     return selection.Candidate(step, val_loss, gate)
 
@@ -253,7 +251,7 @@ def train(
     """Train ``params`` on ``data``: ``(params, opt_state, mean loss, info)``.
 
     ``info``: ``train_steps``, ``learning_rate``. With checkpoint selection for ``loss``
-    (``cfg.select_checkpoint``, ``llome_jax.llome.selection``) training uses the 95 % split of the
+    (``cfg.finetune.select_checkpoint``, ``llome_jax.llome.selection``) training uses the 95 % split of the
     units, the returned params are the kept checkpoint's (``opt_state`` stays the last step's),
     and ``info`` adds ``selected_step``, ``selection_passed``, ``val_loss``, ``gate_valid``,
     ``gate_feasible``, ``selection_history``, ``num_val_units`` and ``time_selection``.
@@ -270,15 +268,15 @@ def train(
     from llome_jax.types import SeqLogProbs
 
     n = int(data["units"])
-    bsz = cfg.batch_size_for(loss)
-    epochs = cfg.epochs if epochs is None else epochs
-    select = cfg.select_checkpoint and loss in cfg.selection_losses
+    bsz = cfg.finetune.batch_size_for(loss)
+    epochs = cfg.finetune.epochs if epochs is None else epochs
+    select = cfg.finetune.select_checkpoint and loss in cfg.finetune.selection_losses
     split = selection.split_units(jax.random.fold_in(key, _SPLIT_SALT), n) if select else None
     train_units, val_units = split if split is not None else (np.arange(n), None)
     n_train = len(train_units)
     steps_per_epoch = math.ceil(n_train / bsz)
-    if round_index == 1 and cfg.first_round_min_steps:
-        epochs = max(epochs, math.ceil(cfg.first_round_min_steps / steps_per_epoch))
+    if round_index == 1 and cfg.finetune.first_round_min_steps:
+        epochs = max(epochs, math.ceil(cfg.finetune.first_round_min_steps / steps_per_epoch))
     total = steps_per_epoch * epochs
     opt_config = optimizer_config(cfg, loss, total, round_index)
     step = train_step(rt, cfg, loss, opt_config)
@@ -296,7 +294,7 @@ def train(
             ids,
             tmask,
             amask,
-            batch_size=cfg.logprob_batch_size,
+            batch_size=cfg.finetune.logprob_batch_size,
             mesh=rt.mesh,
             progress=progress,
         )
@@ -325,19 +323,19 @@ def train(
             loss=LossBatch.create(
                 reward=np.asarray(data["reward"], np.float32)[units],
                 weight=weight,
-                group_size=cfg.marge_group_size,
+                group_size=cfg.finetune.marge_group_size,
             ),
         )
         return batch if rt.mesh is None else parallel.shard_batch(batch, rt.mesh)
 
-    chosen = selection.Selection(cfg.selection_threshold)
+    chosen = selection.Selection(cfg.finetune.selection_threshold)
     saves, val, prompts, best_params, time_selection = frozenset(), [], None, None, 0.0
     if val_units is not None:
         saves = frozenset(selection.save_steps(total))
         val = [
             (make_batch(u), u.size) for u in np.split(val_units, range(bsz, val_units.size, bsz))
         ]
-        shown = val_units[: cfg.selection_num_prompts]
+        shown = val_units[: cfg.finetune.selection_num_prompts]
         prompts = selection.prompt_sequences(
             rt.codec, data["ids"][0][shown], data["amask"][0][shown]
         )

@@ -28,12 +28,15 @@ import jax
 import numpy as np
 
 from llome_jax.llome.config import (
+    FLAT_KEYS,
     LEGACY_VALUES,
     LOSS_NAMES,
+    FinetuneConfig,
     LoopConfig,
     loss_for_round,
     parse_schedule,
     schedule_for_loss,
+    upgrade_saved_config,
     validate_config,
 )
 from llome_jax.llome.round import llome_round
@@ -50,9 +53,11 @@ from llome_jax.runner import RoundResult, RunResult
 from llome_jax.runner import run as run_rounds
 
 __all__ = [
+    "FLAT_KEYS",
     "LEGACY_VALUES",
     "LOSS_NAMES",
     "STOP_REASONS",
+    "FinetuneConfig",
     "Llome",
     "LoopConfig",
     "LoopState",
@@ -84,7 +89,6 @@ class Llome:
     """
 
     name = "llome"
-    legacy_values = LEGACY_VALUES
 
     def __init__(self, cfg: LoopConfig, runtime: Runtime | None = None) -> None:
         validate_config(cfg)
@@ -94,6 +98,9 @@ class Llome:
 
     def config_dict(self) -> dict[str, Any]:
         return self.cfg.to_dict()
+
+    def upgrade_config(self, saved: dict[str, Any]) -> dict[str, Any]:
+        return upgrade_saved_config(saved)
 
     def total_rounds(self) -> int:
         return self.cfg.rounds

@@ -1,7 +1,9 @@
 """Named LLOME configurations: ``smoke`` (tests), ``cpu`` (the laptop default), ``paper`` (GPUs).
 
-``preset(name, **overrides) -> LoopConfig``. Overrides replace any ``LoopConfig`` field (the CLI
-passes ``function``, ``schedule``, ``rounds``, ``seed``, ``weights``).
+``preset(name, **overrides) -> LoopConfig``. A preset is a nested dict of settings applied to the
+defaults (the format of LaMBO-2's presets); ``overrides`` are applied after it with
+``LoopConfig.replace`` (dotted keys, nested dicts or the flat names of ``config.FLAT_KEYS``; the
+CLI passes ``function``, ``schedule``, ``rounds``, ``seed``, ``weights`` and its ``--set`` keys).
 
 * ``smoke``: seconds per round on a CPU, for tests and trying the command (not for results): a
   short function ``Ehr(8,8)-2-2-2`` (instance seed 1) unless ``--function`` is given, the
@@ -29,87 +31,85 @@ passes ``function``, ``schedule``, ``rounds``, ``seed``, ``weights``).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from llome_jax.llome.loop import LoopConfig
+from llome_jax.llome.config import LoopConfig
 
 __all__ = ["PRESETS", "preset"]
 
-_SMOKE: dict[str, Any] = dict(
-    function="Ehr(8,8)-2-2-2",
-    instance_seed=1,
-    model="tiny",
-    ga_generations=2,
-    ga_particles=200,
-    ga_mutation_prob=0.1,
-    first_round_learning_rate=1e-2,
-    learning_rate=5e-3,
-    dpo_learning_rate=1e-3,
-    dpo_warmup_steps=0,
-    epochs=4,
-    batch_size=32,
-    max_train_examples=512,
-    logprob_batch_size=128,
-    num_seeds=8,
-    num_iterations=2,
-    num_samples=4,
-    temperatures=(0.8, 1.2),
-    generation_batch_size=256,
-    num_selected=32,
-    min_unique_candidates=1,
-    rounds=2,
-)
+_SMOKE: dict[str, Any] = {
+    "function": "Ehr(8,8)-2-2-2",
+    "instance_seed": 1,
+    "model": "tiny",
+    "rounds": 2,
+    "ga_generations": 2,
+    "ga": {"num_particles": 200, "mutation_prob": 0.1},
+    "finetune": {
+        "first_round_learning_rate": 1e-2,
+        "learning_rate": 5e-3,
+        "dpo_learning_rate": 1e-3,
+        "dpo_warmup_steps": 0,
+        "epochs": 4,
+        "batch_size": 32,
+        "max_train_examples": 512,
+        "logprob_batch_size": 128,
+    },
+    "num_seeds": 8,
+    "temperatures": (0.8, 1.2),
+    "refine": {"num_iterations": 2, "num_samples": 4, "batch_size": 256},
+    "filter": {"num_selected": 32},
+    "min_unique_candidates": 1,
+}
 
-_CPU: dict[str, Any] = dict(
-    model="tiny",
-    ga_generations=10,
-    ga_particles=1000,
-    first_round_learning_rate=1e-2,
-    first_round_epochs=12,
-    first_round_min_steps=240,
-    learning_rate=3e-3,
-    dpo_learning_rate=3e-4,
-    dpo_warmup_steps=10,
-    weight_decay=0.01,
-    epochs=4,
-    batch_size=64,
-    max_train_examples=2048,
-    logprob_batch_size=256,
-    num_seeds=200,
-    num_iterations=4,
-    num_samples=4,
-    generation_batch_size=1024,
-    num_selected=2000,
-    rounds=10,
-)
+_CPU: dict[str, Any] = {
+    "model": "tiny",
+    "rounds": 10,
+    "ga_generations": 10,
+    "ga": {"num_particles": 1000},
+    "finetune": {
+        "first_round_learning_rate": 1e-2,
+        "first_round_epochs": 12,
+        "first_round_min_steps": 240,
+        "learning_rate": 3e-3,
+        "dpo_learning_rate": 3e-4,
+        "dpo_warmup_steps": 10,
+        "weight_decay": 0.01,
+        "epochs": 4,
+        "batch_size": 64,
+        "max_train_examples": 2048,
+        "logprob_batch_size": 256,
+    },
+    "num_seeds": 200,
+    "refine": {"num_iterations": 4, "num_samples": 4, "batch_size": 1024},
+    "filter": {"num_selected": 2000},
+}
 
-_PAPER: dict[str, Any] = dict(
-    model="2.8b",
-    learning_rate=1e-6,
-    dpo_learning_rate=1e-7,
-    dpo_warmup_steps=150,
-    weight_decay=0.01,
-    epochs=1,
-    batch_size=64,
-    sft_batch_size=128,
-    dpo_compute_dtype="bfloat16",
-    kl_weight=10.0,
-    marge_weight_norm="sum",
-    select_checkpoint=True,
-    num_microbatches=32,
-    logprob_batch_size=64,
-    num_seeds=200,
-    num_iterations=10,
-    num_samples=10,
+_PAPER: dict[str, Any] = {
+    "model": "2.8b",
+    "rounds": 10,
+    "finetune": {
+        "learning_rate": 1e-6,
+        "dpo_learning_rate": 1e-7,
+        "dpo_warmup_steps": 150,
+        "weight_decay": 0.01,
+        "epochs": 1,
+        "batch_size": 64,
+        "sft_batch_size": 128,
+        "dpo_compute_dtype": "bfloat16",
+        "kl_weight": 10.0,
+        "marge_weight_norm": "sum",
+        "select_checkpoint": True,
+        "num_microbatches": 32,
+        "logprob_batch_size": 64,
+    },
+    "num_seeds": 200,
     # KV cache of 2.8B in fp32: 32 layers x 2 x 2560 x 4 B x 132 tokens = 86 MB per row.
-    generation_batch_size=256,
-    num_selected=2000,
-    rounds=10,
-    data_parallel=True,
-)
+    "refine": {"num_iterations": 10, "num_samples": 10, "batch_size": 256},
+    "filter": {"num_selected": 2000},
+    "data_parallel": True,
+}
 
-#: name -> LoopConfig field overrides.
+#: name -> LoopConfig overrides (nested dicts, as ``configs.override`` and LaMBO-2's presets).
 PRESETS: dict[str, dict[str, Any]] = {"smoke": _SMOKE, "cpu": _CPU, "paper": _PAPER}
 
 
@@ -121,14 +121,10 @@ def preset(name: str, **overrides: Any) -> LoopConfig:
     """
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
-    fields = {f.name for f in dataclasses.fields(LoopConfig)}
-    unknown = sorted(set(overrides) - fields)
-    if unknown:
-        raise ValueError(f"unknown LoopConfig fields {unknown}")
-    settings = {**PRESETS[name], **{k: v for k, v in overrides.items()}, "preset": name}
-    if name == "paper" and not settings.get("weights"):
+    config = LoopConfig().replace(**PRESETS[name]).replace(**overrides, preset=name)
+    if name == "paper" and not config.weights:
         raise ValueError(
             "the paper preset fine-tunes a pretrained Pythia-2.8B: pass --weights DIR (a Hugging "
             "Face GPT-NeoX checkpoint directory, e.g. EleutherAI/pythia-2.8b downloaded locally)"
         )
-    return LoopConfig(**settings)
+    return config

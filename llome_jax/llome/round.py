@@ -46,8 +46,8 @@ def llome_round(
     """
     from llome_jax import ehrlich
     from llome_jax.llome.data import rows_in
-    from llome_jax.llome.filter import FilterConfig, filter_candidates
-    from llome_jax.llome.refine import RefineConfig, iterative_refinement
+    from llome_jax.llome.filter import filter_candidates
+    from llome_jax.llome.refine import iterative_refinement
     from llome_jax.llome.seeds import select_seeds, select_seeds_reference
     from llome_jax.llome.temperature import TemperatureSchedule, temperature_offset, temperatures
     from llome_jax.losses import margin_reward
@@ -75,7 +75,8 @@ def llome_round(
 
     t = time.perf_counter()
     reference_params = state.params
-    epochs = cfg.first_round_epochs if r == 1 and cfg.first_round_epochs else cfg.epochs
+    ft = cfg.finetune
+    epochs = ft.first_round_epochs if r == 1 and ft.first_round_epochs else ft.epochs
     params, opt_state, train_loss, train_info = finetune.train(
         k_train, rt, cfg, loss, data, state.params, progress, epochs, r
     )
@@ -96,17 +97,8 @@ def llome_round(
     temps = temperatures(offset, schedule)
 
     t = time.perf_counter()
-    refine_cfg = RefineConfig(
-        num_iterations=cfg.num_iterations,
-        num_samples=cfg.num_samples,
-        greedy=cfg.greedy,
-        top_k=cfg.top_k,
-        batch_size=cfg.generation_batch_size,
-        next_input=cfg.next_input,
-        selection_likelihood=cfg.selection_likelihood,
-    )
     policy = model_with(rt.model, params)
-    with progress_bar(progress, total=cfg.num_iterations, desc="refine", unit="iter") as bar:
+    with progress_bar(progress, total=cfg.refine.num_iterations, desc="refine", unit="iter") as bar:
 
         def report(info: dict[str, Any]) -> None:
             bar.set_postfix(generated=info["num_generated"], valid=info["num_valid"])
@@ -119,7 +111,7 @@ def llome_round(
             rt.fn,
             seeds,
             temps,
-            refine_cfg,
+            cfg.refine,
             mesh=rt.mesh,
             progress=report,
         )
@@ -129,11 +121,6 @@ def llome_round(
     archive = np.asarray(state.archive_sequences)
 
     t = time.perf_counter()
-    filter_cfg = (
-        FilterConfig.paper(cfg.num_selected)
-        if cfg.filter_rule == "paper"
-        else FilterConfig.reference(cfg.num_selected)
-    )
     chosen = filter_candidates(
         k_filter,
         candidates,
@@ -141,7 +128,7 @@ def llome_round(
             refined.log_likelihood_raw if cfg.filter_likelihood == "raw" else refined.log_likelihood
         ),
         np.asarray(refined.feasible),
-        filter_cfg,
+        cfg.filter,
         exclude=archive if cfg.exclude_labelled else None,
     )
     times["time_filter"] = time.perf_counter() - t

@@ -121,7 +121,7 @@ def init_state(key: jax.Array, rt: Runtime, cfg: LoopConfig) -> LoopState:
         rt.fn,
         rt.x0,
         cfg.ga_generations,
-        ga.GAConfig(num_particles=cfg.ga_particles, mutation_prob=cfg.ga_mutation_prob),
+        cfg.ga,
     )
     sequences, values, _ = archive.to_numpy()
     params = initial_params(rt.model)
@@ -132,7 +132,7 @@ def init_state(key: jax.Array, rt: Runtime, cfg: LoopConfig) -> LoopState:
         params=params,
         reference_params=jax.tree.map(jnp.copy, params),
         opt_state=optimizer.init(params),
-        num_evaluations=jnp.asarray(cfg.ga_generations * cfg.ga_particles, jnp.int32),
+        num_evaluations=jnp.asarray(cfg.ga_generations * cfg.ga.num_particles, jnp.int32),
         mean_hamming=jnp.asarray(np.nan, jnp.float32),
         temperature_offset=jnp.zeros((), jnp.float32),
         stop_code=jnp.asarray(1 if values.size and values.max() >= 1.0 else 0, jnp.int32),

@@ -1,0 +1,283 @@
+"""Nested frozen configurations: overrides by dotted key, dict round trips, one preset format.
+
+Every optimizer's configuration is a frozen dataclass whose fields are plain values or further
+frozen dataclasses (``LoopConfig.finetune``, ``Lambo2Config.train``). This module gives all of them
+the same operations, so that presets, ``--set key=value``, ``--config FILE`` and ``config.json``
+work alike for GA, LLOME and LaMBO-2:
+
+* :func:`override`: a new configuration with some settings replaced, given as dotted keys
+  (``{"finetune.epochs": 4}``), nested dicts (``{"finetune": {"epochs": 4}}``) or both. Unknown
+  keys and values of the wrong type are a ``ValueError`` naming the key, before anything runs.
+  Every nested dataclass is rebuilt once, so its ``__post_init__`` checks see the final values.
+* :func:`to_dict` / :func:`from_dict`: JSON-friendly nested dicts and back.
+* :func:`leaf_keys`: every settable dotted key (for error messages and ``--help``).
+* :func:`parse_assignment`: ``"finetune.epochs=4"`` -> ``("finetune.epochs", 4)`` (the value is
+  read as JSON when it parses, else kept as a string).
+
+A *preset* is a nested dict of overrides applied to the defaults (``PRESETS`` in
+``llome_jax.llome.presets`` and ``llome_jax.lambo2.optimizer``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+__all__ = [
+    "from_dict",
+    "leaf_keys",
+    "load_config_file",
+    "override",
+    "parse_assignment",
+    "to_dict",
+]
+
+C = TypeVar("C")
+
+
+# --------------------------------------------------------------------------------------------
+# Type checks of user values
+# --------------------------------------------------------------------------------------------
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _as_tuple(value: Any) -> Any:
+    """Lists (JSON) become tuples, recursively; mappings become tuples of ``(key, value)``."""
+    if isinstance(value, list | tuple):
+        return tuple(_as_tuple(v) for v in value)
+    if isinstance(value, Mapping):
+        return tuple((k, _as_tuple(v)) for k, v in value.items())
+    return value
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    """Whether ``value`` is an instance of the annotation ``hint`` (the subset configs use)."""
+    if hint is Any:
+        return True
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return False
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_matches(v, args[0]) for v in value)
+        return len(args) == len(value) and all(_matches(v, a) for v, a in zip(value, args))
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True  # an annotation this checker does not know: the dataclass checks it
+
+
+def _coerce(value: Any, hint: Any) -> Any:
+    """JSON spellings of tuple fields (lists, dicts) as the tuples the dataclass holds."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        hints = [h for h in typing.get_args(hint) if h is not type(None)]
+        return _coerce(value, hints[0]) if len(hints) == 1 else value
+    if typing.get_origin(hint) is tuple and isinstance(value, list | tuple | Mapping):
+        return _as_tuple(value)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# Overrides
+# --------------------------------------------------------------------------------------------
+def leaf_keys(config: Any, prefix: str = "") -> list[str]:
+    """Every settable dotted key of ``config`` (a dataclass instance or class), in field order."""
+    if isinstance(config, type):
+        config = config()
+    keys: list[str] = []
+    for field in dataclasses.fields(config):
+        if not field.init:
+            continue
+        value = getattr(config, field.name)
+        if dataclasses.is_dataclass(value):
+            keys.extend(leaf_keys(value, f"{prefix}{field.name}."))
+        else:
+            keys.append(prefix + field.name)
+    return keys
+
+
+def _changes_tree(config: Any, overrides: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """``overrides`` (dotted keys and/or nested dicts) as a tree of field -> value / subtree."""
+    fields = {f.name: f for f in dataclasses.fields(config) if f.init}
+    tree: dict[str, Any] = {}
+    for key, value in overrides.items():
+        name, dot, rest = str(key).partition(".")
+        if name not in fields:
+            raise ValueError(
+                f"unknown setting {prefix + str(key)!r} of {type(config).__name__}; valid keys: "
+                f"{', '.join(leaf_keys(config, prefix))}"
+            )
+        current = getattr(config, name)
+        nested = dataclasses.is_dataclass(current)
+        if dot:
+            if not nested:
+                raise ValueError(
+                    f"unknown setting {prefix + str(key)!r}: {prefix + name!r} has no sub-settings"
+                )
+            sub = _changes_tree(current, {rest: value}, f"{prefix}{name}.")
+        elif nested and isinstance(value, Mapping):
+            sub = _changes_tree(current, value, f"{prefix}{name}.")
+        elif nested and not dataclasses.is_dataclass(value):
+            raise ValueError(
+                f"{prefix + name!r} is a group of settings ({type(current).__name__}); give a "
+                f"dict or dotted keys such as {prefix + name}.{leaf_keys(current)[0]}, "
+                f"got {value!r}"
+            )
+        else:
+            tree[name] = value
+            continue
+        previous = tree.get(name)
+        if isinstance(previous, dict):
+            previous.update(sub)
+        else:
+            tree[name] = sub
+    return tree
+
+
+def _apply(config: C, tree: Mapping[str, Any], prefix: str) -> C:
+    hints = _type_hints(type(config))
+    changes: dict[str, Any] = {}
+    for name, change in tree.items():
+        current = getattr(config, name)
+        if dataclasses.is_dataclass(current) and isinstance(change, dict):
+            changes[name] = _apply(current, change, f"{prefix}{name}.")
+            continue
+        hint = hints.get(name, Any)
+        value = _coerce(change, hint)
+        if not _matches(value, hint):
+            raise ValueError(
+                f"setting {prefix + name!r} must be {_hint_text(hint)}; got {change!r}"
+            )
+        changes[name] = value
+    if not changes:
+        return config
+    try:
+        return dataclasses.replace(config, **changes)
+    except (TypeError, ValueError) as err:
+        where = f" in {prefix[:-1]!r}" if prefix else ""
+        raise ValueError(f"bad settings{where}: {err}") from None
+
+
+def _hint_text(hint: Any) -> str:
+    text = getattr(hint, "__name__", None) if isinstance(hint, type) else None
+    return text or str(hint).replace("typing.", "")
+
+
+def override(config: C, overrides: Mapping[str, Any] | None = None, **more: Any) -> C:
+    """``config`` with settings replaced (dotted keys or nested dicts; ``more`` as keywords).
+
+    Example:
+      >>> import dataclasses
+      >>> @dataclasses.dataclass(frozen=True)
+      ... class Inner:
+      ...     rate: float = 0.1
+      ...     sizes: tuple[int, ...] = (1, 2)
+      >>> @dataclasses.dataclass(frozen=True)
+      ... class Outer:
+      ...     name: str = "a"
+      ...     inner: Inner = Inner()
+      >>> override(Outer(), {"inner.rate": 0.5, "inner": {"sizes": [3]}}, name="b")
+      Outer(name='b', inner=Inner(rate=0.5, sizes=(3,)))
+
+    Raises:
+      ValueError: an unknown key (the message lists the valid ones), a value of the wrong type,
+        or a combination the dataclass rejects.
+    """
+    merged = {**dict(overrides or {}), **more}
+    return _apply(config, _changes_tree(config, merged, ""), "")
+
+
+# --------------------------------------------------------------------------------------------
+# Dicts and files
+# --------------------------------------------------------------------------------------------
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """Nested JSON-friendly dict of ``config`` (tuples as lists)."""
+    return _plain(config)
+
+
+def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
+    """``cls`` built from a (nested) dict such as :func:`to_dict` writes: its defaults with
+    ``data`` applied by :func:`override` (same checks)."""
+    return override(cls(), data)
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """``"key=value"`` (``--set``) -> ``(key, value)``; the value is JSON if it parses
+    (``4``, ``1e-3``, ``true``, ``null``, ``[0.6, 0.8]``), else the string itself.
+
+    Example:
+      >>> parse_assignment("finetune.epochs=4"), parse_assignment("refine.next_input=paper")
+      (('finetune.epochs', 4), ('refine.next_input', 'paper'))
+    """
+    key, sep, raw = str(text).partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ValueError(f"--set expects KEY=VALUE (e.g. finetune.epochs=4); got {text!r}")
+    raw = raw.strip()
+    try:
+        return key, json.loads(raw)
+    except json.JSONDecodeError:
+        return key, raw
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    """Settings from a JSON or YAML file (``--config``): a (nested) dict of overrides.
+
+    Raises:
+      FileNotFoundError: no such file. ValueError: not a mapping, or YAML without PyYAML.
+    """
+    import pathlib
+
+    file = pathlib.Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"--config {file}: no such file")
+    text = file.read_text()
+    if file.suffix.lower() in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise ValueError(
+                f"--config {file}: reading YAML needs PyYAML (pip install pyyaml)"
+            ) from None
+        data = yaml.safe_load(text)
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--config {file}: not valid JSON ({err})") from None
+    if not isinstance(data, Mapping):
+        raise ValueError(
+            f"--config {file}: expected a mapping of settings, got {type(data).__name__}"
+        )
+    return dict(data)
