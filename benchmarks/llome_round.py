@@ -10,7 +10,9 @@ prints, per round, the seconds spent in each phase:
 * ``filter``: the Filter step, ``oracle``: Ehrlich labels of the j selected sequences,
 
 plus generated sequences per second, and writes ``benchmarks/results/llome_round.json``.
-Usage: ``python benchmarks/llome_round.py [--preset cpu] [--rounds 2] [--function f2]``.
+Usage: ``python benchmarks/llome_round.py [--preset cpu] [--rounds 2] [--function f2]
+[--variant compact:text_format=compact]`` (variants run after the preset in the same process, so
+before/after are measured side by side).
 """
 
 from __future__ import annotations
@@ -24,37 +26,18 @@ import jax
 from _report import write_json  # benchmarks/_report.py
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="cpu")
-    parser.add_argument("--function", default="f2")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--loss", default="marge")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--progress", action="store_true")
-    parser.add_argument(
-        "--out", default=str(pathlib.Path(__file__).parent / "results" / "llome_round.json")
-    )
-    args = parser.parse_args()
-
+def run_rounds(cfg, rounds: int, progress: bool) -> tuple[float, list[dict]]:
+    """GA seed data, then ``rounds`` LLOME rounds of ``cfg``: (GA seconds, per-round records)."""
     from llome_jax.llome import loop
-    from llome_jax.llome.presets import preset
 
-    cfg = preset(
-        args.preset,
-        function=args.function,
-        rounds=args.rounds,
-        seed=args.seed,
-        schedule=loop.schedule_for_loss(args.loss),
-    )
     t0 = time.perf_counter()
     runtime = loop.Runtime.build(cfg)
     state = loop.init_state(jax.random.key(cfg.seed), runtime, cfg)
     ga_seconds = time.perf_counter() - t0
     rows = []
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         t = time.perf_counter()
-        state, m = loop.llome_round(state, runtime, cfg, progress=args.progress)
+        state, m = loop.llome_round(state, runtime, cfg, progress=progress)
         if m["round"] is None:
             print(f"stopped: {m['stop_reason']}")
             break
@@ -64,11 +47,15 @@ def main() -> None:
         if int(state.stop_code):
             print(f"stopped after round {m['round']}: {m['stop_reason']}")
             break
+    return ga_seconds, rows
 
+
+def print_table(name: str, cfg, ga_seconds: float, rows: list[dict]) -> None:
     phases = ("pairs", "train", "generate", "filter", "oracle")
     print(
-        f"\nLLOME round timing, preset {args.preset}, {cfg.function}, {jax.device_count()} "
-        f"{jax.devices()[0].platform} device(s); GA seed data: {ga_seconds:.1f} s"
+        f"\nLLOME round timing [{name}], preset {cfg.preset}, {cfg.function}, "
+        f"{jax.device_count()} {jax.devices()[0].platform} device(s); GA seed data: "
+        f"{ga_seconds:.1f} s"
     )
     header = f"{'round':>5} {'loss':>6} {'pairs':>6} " + "".join(f"{p:>9}" for p in phases)
     header += f"{'total':>9} {'generated':>10} {'gen/s':>8} {'labelled':>9} {'min regret':>11}"
@@ -80,17 +67,66 @@ def main() -> None:
             + f"{m['seconds']:>9.1f} {m['num_generated']:>10} {m['generated_per_second']:>8.0f}"
             + f" {m['num_selected']:>9} {m['min_regret']:>11.4f}"
         )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="cpu")
+    parser.add_argument("--function", default="f2")
+    parser.add_argument("--instance-seed", type=int, default=None)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--loss", default="marge")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--progress", action="store_true")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+        help="also time the preset with these settings (repeatable), in the same process after "
+        "the preset itself, e.g. compact:text_format=compact",
+    )
+    parser.add_argument(
+        "--out", default=str(pathlib.Path(__file__).parent / "results" / "llome_round.json")
+    )
+    args = parser.parse_args()
+
+    from llome_jax import configs
+    from llome_jax.llome import loop
+    from llome_jax.llome.presets import preset
+
+    base = preset(
+        args.preset,
+        function=args.function,
+        instance_seed=args.instance_seed,
+        rounds=args.rounds,
+        seed=args.seed,
+        schedule=loop.schedule_for_loss(args.loss),
+    )
+    variants = {"preset": base}
+    for text in args.variant:
+        name, _, settings = text.partition(":")
+        pairs = dict(configs.parse_assignment(s) for s in settings.split(",") if s.strip())
+        variants[name] = base.replace(**pairs)
+    results = {}
+    for name, cfg in variants.items():
+        ga_seconds, rows = run_rounds(cfg, args.rounds, args.progress)
+        print_table(name, cfg, ga_seconds, rows)
+        results[name] = {
+            "config": cfg.to_dict(),
+            "ga_seconds": ga_seconds,
+            "rounds": [
+                {k: v for k, v in m.items() if isinstance(v, int | float | str) or v is None}
+                for m in rows
+            ],
+        }
     result = {
         "preset": args.preset,
-        "function": cfg.function,
-        "config": cfg.to_dict(),
+        "function": base.function,
+        "instance_seed": base.instance_seed,
         "platform": platform.platform(),
         "devices": [str(d) for d in jax.devices()],
-        "ga_seconds": ga_seconds,
-        "rounds": [
-            {k: v for k, v in m.items() if isinstance(v, int | float | str) or v is None}
-            for m in rows
-        ],
+        "variants": results,
     }
     write_json(args.out, result)
 

@@ -342,3 +342,85 @@ def test_codec_input_validation(tok):
         codec.decode(np.zeros(5, int))
     with pytest.raises(ValueError, match="fast=True"):
         SequenceCodec(make_ehrlich_tokenizer(4), V, L, fast=True)  # too few states
+
+
+# ---------------------------------------------------------------------------------------------
+# The compact format (no comma tokens)
+# ---------------------------------------------------------------------------------------------
+def test_compact_codec_encodings(tok):
+    codec = SequenceCodec(tok, V, 3, separators=False)
+    assert codec.fast and codec.max_new_tokens == 5 and codec.prompt_length == 7
+    x = np.array([[3, 1, 7], [0, 0, 2]])
+    ids, mask = codec.encode_prompts(x)
+    # <inc>=3 [=4 ]=5 \n=7, state s = 8 + s
+    assert ids.tolist() == [[3, 4, 11, 9, 15, 5, 7], [3, 4, 8, 8, 10, 5, 7]]
+    assert mask.min() == 1
+    pid, tmask, _ = codec.encode_pairs(x, np.array([[3, 2, 7], [1, 0, 2]]))
+    assert pid[1].tolist() == [3, 4, 8, 8, 10, 5, 7, 4, 9, 8, 10, 5]
+    assert tmask[1].tolist() == [0] * 7 + [1] * 5
+    seqs, valid = codec.decode(pid[:, 7:])
+    assert valid.all() and seqs.tolist() == [[3, 2, 7], [1, 0, 2]]
+
+
+def _reference_compact_decode(
+    row: list[int], lb: int, rb: int, nl: int, state_of: dict
+) -> list[int] | None:
+    """The compact rule written out: cut after the first ``]``, drop ``\\n``, then exactly
+    ``[``, ``L`` state tokens of values ``< V``, ``]``."""
+    cut = row[: row.index(rb) + 1] if rb in row else row
+    toks = [t for t in cut if t != nl]
+    if len(toks) != L + 2 or toks[0] != lb or toks[-1] != rb:
+        return None
+    values = [state_of.get(t, -1) for t in toks[1:-1]]
+    return values if all(0 <= v < V for v in values) else None
+
+
+def test_compact_decode_equals_the_rule_and_the_text_path_on_noisy_outputs(tok):
+    codec = SequenceCodec(tok, V, L, separators=False)
+    vocab = tok.get_vocab()
+    state_of = {vocab[str(s)]: s for s in range(V)}
+    lb, rb, nl = vocab["["], vocab["]"], vocab["\n"]
+    rng = np.random.default_rng(3)
+    base, _, _ = codec.encode_pairs(rng.integers(0, V, (400, L)), rng.integers(0, V, (400, L)))
+    gen = np.concatenate([base[:, L + 4 :], rng.integers(0, len(tok), (400, 4))], axis=1)
+    for i in range(1, 400):
+        for _ in range(rng.integers(1, 3)):
+            j = rng.integers(0, gen.shape[1])
+            op = rng.integers(0, 3)
+            if op == 0:
+                gen[i, j] = rng.integers(0, len(tok))
+            elif op == 1:
+                gen[i] = np.insert(gen[i], j, rng.integers(0, len(tok)))[: gen.shape[1]]
+            else:
+                gen[i] = np.append(np.delete(gen[i], j), 0)
+    seqs, valid = codec.decode(gen)
+    expected = [_reference_compact_decode(r.tolist(), lb, rb, nl, state_of) for r in gen]
+    assert valid.tolist() == [e is not None for e in expected]
+    assert all(seqs[i].tolist() == e for i, e in enumerate(expected) if e is not None)
+    assert 0.05 < valid.mean() < 0.95
+    # the text path (decoded text with commas inserted, read as JSON) agrees on validity
+    assert [e is None for e in codec.decode_errors(gen)] == valid.tolist()
+    # a list-format output is not a compact one, and vice versa
+    listed = SequenceCodec(tok, V, L)
+    y = rng.integers(0, V, (4, L))
+    as_list = listed.encode_pairs(y, y)[0][:, 2 * L + 3 :]
+    as_compact = codec.encode_pairs(y, y)[0][:, L + 4 :]
+    assert not codec.decode(as_list)[1].any() and not listed.decode(as_compact)[1].any()
+
+
+def test_compact_format_needs_the_ehrlich_tokenizer(bpe_dir):
+    with pytest.raises(ValueError, match="compact text format"):
+        SequenceCodec(load_tokenizer(bpe_dir), V, L, separators=False)
+    from llome_jax.llome.config import LoopConfig
+
+    with pytest.raises(ValueError, match="text_format='compact'"):
+        LoopConfig(weights="/path/to/pythia", text_format="compact")
+
+
+def test_compact_prompts_read_back(tok):
+    from llome_jax.llome.selection import prompt_sequences
+
+    codec = SequenceCodec(tok, V, L, separators=False)
+    x = np.random.default_rng(4).integers(0, V, (6, L))
+    ids, _, mask = codec.encode_pairs(x, x[::-1])
+    assert np.array_equal(prompt_sequences(codec, ids, mask), x)

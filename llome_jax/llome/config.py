@@ -48,6 +48,7 @@ LEGACY_VALUES: dict[str, Any] = {
     "training_data": "latest",
     "sft_batch_size": None,
     "dpo_compute_dtype": "float32",
+    "text_format": "list",
 }
 
 
@@ -265,6 +266,10 @@ class LoopConfig:
       ga_generations: ``n0`` [10]; ``ga``: the GA [1000 particles, mutation 0.005].
       model: ``PythiaConfig`` preset name for a from-scratch model, with ``model_overrides``;
         ``weights``: a GPT-NeoX directory for ``from_pretrained`` (its tokenizer too) instead.
+      text_format: how sequences are written for the model: "list", the paper's JSON list
+        ``[3, 1, 5]``, or "compact", ``[3 1 5]`` without the comma tokens (a from-scratch model on
+        the Ehrlich tokenizer only; half the tokens to train on and to generate, see
+        ``lm.tokenizer``).
       training_data: what a round trains on and takes its seeds from: "latest" = ``S_i``, the
         sequences labelled in the previous round (Algorithm 1 of the appendix, the authors' code);
         "cumulative" = every labelled sequence so far, ``D^(i)`` of the main text (Sec. 4: "the
@@ -296,6 +301,7 @@ class LoopConfig:
     model: str = "small"
     model_overrides: tuple[tuple[str, Any], ...] = ()
     weights: str | None = None
+    text_format: str = "list"
     training_data: str = "latest"
     propen: PropEnConfig = dataclasses.field(default_factory=PropEnConfig)
     finetune: FinetuneConfig = dataclasses.field(default_factory=FinetuneConfig)
@@ -326,6 +332,7 @@ class LoopConfig:
             ("seed_rule", ("paper", "reference")),
             ("filter_likelihood", ("raw", "processed")),
             ("training_data", ("latest", "cumulative")),
+            ("text_format", ("list", "compact")),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}; got {getattr(self, name)!r}")
@@ -333,6 +340,11 @@ class LoopConfig:
             raise ValueError(f"temperatures must be positive; got {self.temperatures}")
         if self.weights is None and not self.model:
             raise ValueError("set a model preset name or --weights")
+        if self.weights is not None and self.text_format == "compact":
+            raise ValueError(
+                "text_format='compact' is for a from-scratch model on the Ehrlich tokenizer; a "
+                "pretrained model (--weights) reads the paper's list format"
+            )
 
     # ------------------------------------------------------------------ helpers
     def loss(self, round_index: int) -> str:

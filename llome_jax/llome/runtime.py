@@ -71,15 +71,14 @@ class Runtime:
             from llome_jax.lm.pythia import Pythia, PythiaConfig
 
             tokenizer = make_ehrlich_tokenizer(num_states)
-            codec = SequenceCodec(tokenizer, num_states, length)
             config = PythiaConfig.preset(
-                cfg.model, vocab_size=codec.vocab_size, **dict(cfg.model_overrides)
+                cfg.model, vocab_size=len(tokenizer), **dict(cfg.model_overrides)
             )
             init_seed = int(
                 jax.random.randint(named_key(jax.random.key(cfg.seed), "init"), (), 0, 2**31 - 1)
             )
             model = Pythia(config, rngs=nnx.Rngs(init_seed))
-        codec = SequenceCodec(tokenizer, num_states, length)
+        codec = SequenceCodec(tokenizer, num_states, length, separators=cfg.text_format == "list")
         mesh = parallel.make_mesh() if cfg.data_parallel and jax.device_count() > 1 else None
         return cls(fn=fn, x0=x0, codec=codec, model=model, mesh=mesh)
 

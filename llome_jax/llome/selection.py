@@ -242,7 +242,7 @@ def prompt_sequences(codec: Any, input_ids: Any, attention_mask: Any) -> np.ndar
     Raises:
       ValueError: a row whose prompt does not parse.
     """
-    from llome_jax.lm.tokenizer import PROMPT_TAG, parse_sequence
+    from llome_jax.lm.tokenizer import PROMPT_TAG
 
     ids = np.asarray(input_ids)
     mask = np.asarray(attention_mask).astype(bool)
@@ -257,7 +257,7 @@ def prompt_sequences(codec: Any, input_ids: Any, attention_mask: Any) -> np.ndar
     for i, text in enumerate(texts):
         head = text.split("\n", 1)[0].strip()
         head = head[len(PROMPT_TAG) :] if head.startswith(PROMPT_TAG) else head
-        parsed = parse_sequence(head, codec.length, codec.num_states)
+        parsed = codec.parse_text(head)
         if parsed.error is not None:
             raise ValueError(f"row {i}: cannot read the prompt back ({parsed.error}): {text!r}")
         out[i] = parsed.sequence

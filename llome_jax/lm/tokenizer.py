@@ -10,6 +10,13 @@ is prompted with ``prompt`` and its output is read up to and including the first
 (as the authors' code cuts it), parsed as JSON and validated (a list of ``L`` integers in
 ``[0, v)``).
 
+A *compact* variant for the Ehrlich tokenizer (``SequenceCodec(..., separators=False)``) drops the
+``,`` tokens: ``<inc> [ 3 1 5 ] \n`` then ``[ 3 1 6 ]``, ``L + 4`` and ``L + 2`` tokens instead of
+``2L + 3`` and ``2L + 1``. The commas carry no information for a model trained from scratch on
+this vocabulary (they sit at fixed positions), so the compact format halves the tokens of every
+training example and the decoding steps of every generation. It is not the paper's format (which a
+pretrained model's tokenizer needs); the text path reads it as JSON after inserting the commas.
+
 Two tokenizers are supported, both as :class:`transformers.PreTrainedTokenizerFast`:
 
 * :func:`make_ehrlich_tokenizer`: a small word-level vocabulary built with ``tokenizers``::
@@ -33,6 +40,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -274,6 +282,8 @@ class SequenceCodec:
       fast: force (``True``) or forbid (``False``) the vectorised path; default: used when the
         tokenizer is a word-level tokenizer with the Ehrlich vocabulary and a probe prompt
         encodes identically on both paths.
+      separators: ``False`` for the compact format (module docstring; Ehrlich tokenizer only):
+        ``max_new_tokens`` defaults to ``L + 2`` and prompts are ``L + 4`` tokens.
 
     Attributes:
       vocab_size: ``len(tokenizer)``.
@@ -296,9 +306,11 @@ class SequenceCodec:
         *,
         max_new_tokens: int | None = None,
         fast: bool | None = None,
+        separators: bool = True,
     ) -> None:
         if num_states < 1 or length < 1:
             raise ValueError(f"num_states and length must be >= 1; got {num_states}, {length}.")
+        self.separators = bool(separators)
         self.tokenizer = tokenizer
         self.num_states = int(num_states)
         self.length = int(length)
@@ -320,9 +332,14 @@ class SequenceCodec:
                     "fast=True needs a word-level tokenizer with the Ehrlich vocabulary "
                     f"(make_ehrlich_tokenizer(num_states>={num_states}))."
                 )
+        if not self.separators and not self.fast:
+            raise ValueError(
+                "the compact text format (separators=False) needs the Ehrlich tokenizer "
+                "(make_ehrlich_tokenizer); a pretrained model's tokenizer uses the list format"
+            )
         if self.fast:
-            self.prompt_length = 2 * self.length + 3
-            worst_target = 2 * self.length + 1
+            self.prompt_length = self._list_width() + 2
+            worst_target = self._list_width()
         else:  # numbers are pre-tokenized separately: uniform sequences are the worst case
             uniform = [[s] * self.length for s in range(self.num_states)]
             self.prompt_length = max(map(len, self._encode_text(list(map(format_prompt, uniform)))))
@@ -348,7 +365,7 @@ class SequenceCodec:
                 table[i] = int(word)
         self._id_to_state = table
         probe = (np.arange(self.length) * 7 + 3) % self.num_states
-        fast_ids = self._fast_prompt_ids(probe[None])[0]
+        fast_ids = _with_separators(self, self._fast_prompt_ids(probe[None]))[0]
         text_ids = np.asarray(self._encode_text([format_prompt(probe)])[0])
         return bool(np.array_equal(fast_ids, text_ids))
 
@@ -368,9 +385,18 @@ class SequenceCodec:
         return arr.astype(np.int64)
 
     # -- fast path ---------------------------------------------------------------------------
+    def _list_width(self) -> int:
+        """Tokens of ``[ x0 , ... ]``: ``2L + 1``, or ``L + 2`` in the compact format."""
+        return 2 * self.length + 1 if self.separators else self.length + 2
+
     def _fast_list_ids(self, x: np.ndarray) -> np.ndarray:
-        """``[ x0 , x1 , ... ]`` as ids ``[B, 2L + 1]``."""
+        """``[ x0 , x1 , ... ]`` as ids ``[B, 2L + 1]`` (compact: ``[ x0 x1 ... ]``, ``[B, L + 2]``)."""
         b, n = x.shape
+        if not self.separators:
+            out = np.empty((b, n + 2), np.int32)
+            out[:, 0], out[:, -1] = self._ids["["], self._ids["]"]
+            out[:, 1:-1] = self._state_ids[x]
+            return out
         out = np.full((b, 2 * n + 1), self._ids[","], np.int32)
         out[:, 0] = self._ids["["]
         out[:, -1] = self._ids["]"]
@@ -385,7 +411,7 @@ class SequenceCodec:
 
     def _fast_decode(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         b, n = tokens.shape
-        m = 2 * self.length + 1
+        m = self._list_width()
         if n < m:  # too short to hold a list of L numbers: pad (never valid)
             tokens = np.concatenate([tokens, np.full((b, m - n), -1, tokens.dtype)], axis=1)
             n = m
@@ -397,12 +423,13 @@ class SequenceCodec:
         c = np.take_along_axis(tokens, order, axis=1)
         in_vocab = (c >= 0) & (c < self.vocab_size)
         states = np.where(in_vocab, self._id_to_state[np.clip(c, 0, self.vocab_size - 1)], -1)
-        nums = states[:, 1:m:2]
+        nums = states[:, 1:m:2] if self.separators else states[:, 1 : m - 1]
+        commas = c[:, 2 : m - 1 : 2] if self.separators else np.full((b, 0), self._ids[","])
         valid = (
             (count == m)
             & (c[:, 0] == self._ids["["])
             & (c[:, m - 1] == self._ids["]"])
-            & np.all(c[:, 2 : m - 1 : 2] == self._ids[","], axis=1)
+            & np.all(commas == self._ids[","], axis=1)
             & np.all((nums >= 0) & (nums < self.num_states), axis=1)
         )
         seqs = np.where(valid[:, None], nums, 0).astype(np.int32)
@@ -418,7 +445,7 @@ class SequenceCodec:
         Returns:
           ``(ids int32 [B, P], mask int32 [B, P])`` with ``mask = 1`` on real tokens; padding
           (``pad_token_id``) on the left; ``P = prompt_length`` (more only if a prompt is longer).
-          Ehrlich tokenizer: ``P = 2L + 3``, no padding.
+          Ehrlich tokenizer: ``P = 2L + 3`` (compact: ``L + 4``), no padding.
         """
         x = self._check_x(x, "x")
         if self.fast:
@@ -451,7 +478,7 @@ class SequenceCodec:
 
         Returns:
           ``(ids int32 [B, T], target_mask int32 [B, T], attention_mask int32 [B, T])``.
-          Ehrlich tokenizer: ``T = 4L + 4 (+1)``, no padding.
+          Ehrlich tokenizer: ``T = 4L + 4 (+1)`` (compact: ``2L + 6``), no padding.
         """
         x = self._check_x(x, "x")
         y = self._check_x(y, "y")
@@ -536,6 +563,17 @@ class SequenceCodec:
             valid[i] = err is None
         return seqs, valid
 
+    def parse_text(self, text: str) -> ParsedSequence:
+        """:func:`parse_sequence` of decoded text in this codec's format (the compact format's
+        state tokens are read as a JSON list: commas are inserted between adjacent numbers)."""
+        if not self.separators:
+            if "," in text:
+                return ParsedSequence(
+                    None, f"{INVALID_JSON}: ',' is not part of the compact format"
+                )
+            text = _COMPACT_GAP.sub(", ", text)
+        return parse_sequence(text, self.length, self.num_states)
+
     def decode_errors(self, tokens: Any, *, _out: np.ndarray | None = None) -> list[str | None]:
         """The text path's reason for each row being invalid (``None`` = valid), for diagnostics.
 
@@ -561,8 +599,26 @@ class SequenceCodec:
             texts, skip_special_tokens=False, clean_up_tokenization_spaces=False
         )
         for i, text in zip(rows, decoded):
-            parsed = parse_sequence(text, self.length, self.num_states)
+            parsed = self.parse_text(text)
             errors[i] = parsed.error
             if parsed.error is None and _out is not None:
                 _out[i] = parsed.sequence
         return errors
+
+
+#: Whitespace between two numbers of the compact format (where the list format has ", ").
+_COMPACT_GAP = re.compile(r"(?<=\d)\s+(?=\d)")
+
+
+def _with_separators(codec: SequenceCodec, ids: np.ndarray) -> np.ndarray:
+    """Prompt ids of the list format (the probe of ``_setup_fast`` compares against the text
+    path, which writes the list format): ``ids`` itself unless the codec is compact."""
+    if codec.separators:
+        return ids
+    b = ids.shape[0]
+    n = codec.length
+    out = np.full((b, 2 * n + 3), codec._ids[","], np.int32)
+    out[:, :2] = ids[:, :2]
+    out[:, 2 : 2 * n + 1 : 2] = ids[:, 2 : n + 2]
+    out[:, -2:] = ids[:, -2:]
+    return out
