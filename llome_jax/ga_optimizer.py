@@ -198,8 +198,8 @@ class GeneticAlgorithm:
 
 def run(cfg: GARunConfig, out: str | pathlib.Path, **options: Any) -> RunResult[GARoundState]:
     """Run (or resume) the GA into the run directory ``out``: :func:`llome_jax.runner.run` (its
-    ``options``: ``resume``, ``progress``, ``max_rounds_this_call``, ``log``, ``extra_config``)
-    with the :class:`GeneticAlgorithm` plug-in.
+    ``options``: ``resume``, ``progress``, ``max_rounds_this_call``, ``log``, ``extra_config``,
+    ``trackers``) with the :class:`GeneticAlgorithm` plug-in.
 
     Raises:
       ValueError: unknown function, bad settings, or a resume whose configuration differs

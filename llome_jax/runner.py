@@ -14,18 +14,21 @@ spirit of evosax's ``init``/``ask``/``tell`` but per round of labels:
 (``config.json``, ``rounds.jsonl``, ``evaluated.csv``, ``regret.png``, ``checkpoints/``), resume
 with rollback, one checkpoint per round, the per-round ``seconds``, progress lines, the plot and
 the stop conditions, and the run's provenance in ``config.json`` (``llome_jax.provenance``, one
-entry per invocation). Order per round: compute, append the labelled sequences and the round record,
-then checkpoint; a resume rolls the logs back to the newest readable checkpoint and recomputes the
-rest (identically), so no labelled sequence is lost or duplicated.
+entry per invocation), and the metrics trackers (``llome_jax.tracking``: TensorBoard, W&B), which
+get every record this call writes and are finished however the call ends. Order per round:
+compute, append the labelled sequences and the round record (then the trackers get it), then
+checkpoint; a resume rolls the logs back to the newest readable checkpoint and recomputes the rest
+(identically), so no labelled sequence is lost or duplicated.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import pathlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 import jax
@@ -126,6 +129,7 @@ def run(
     max_rounds_this_call: int | None = None,
     log: Callable[[str], None] = print,
     extra_config: Mapping[str, Any] | None = None,
+    trackers: Sequence[Any] = (),
 ) -> RunResult[State]:
     """Run (or resume) ``optimizer`` into the run directory ``out``.
 
@@ -138,6 +142,11 @@ def run(
       max_rounds_this_call: stop after this many rounds in this call (tests, interruptions).
       log: where the lines go.
       extra_config: more keys for ``config.json`` (e.g. the CLI's ``loss``).
+      trackers: metrics sinks (``llome_jax.tracking.Tracker``): ``start(config, run_dir,
+        history)`` once the directory is set up (``history``: the records a resume keeps, which
+        are not sent again), ``log_round(record)`` with every record this call writes (round 0
+        included) as ``rounds.jsonl`` holds it, and ``finish(error)`` at the end, also when a
+        round raises.
 
     Raises:
       ValueError: ``resume`` on a directory holding a different configuration, or a new run in a
@@ -145,7 +154,7 @@ def run(
     """
     from llome_jax.checkpoint import CheckpointManager
     from llome_jax.provenance import provenance
-    from llome_jax.rundir import RunDirectory
+    from llome_jax.rundir import RunDirectory, _normalise
 
     config = {"optimizer": optimizer.name, **optimizer.config_dict(), **dict(extra_config or {})}
     saved = pathlib.Path(out) / RunDirectory.CONFIG
@@ -161,26 +170,39 @@ def run(
         upgrade=optimizer.upgrade_config,
     )
     records: list[dict[str, Any]] = []
-    with CheckpointManager(run_dir.checkpoint_dir, max_to_keep=2) as manager:
+
+    def log_round(record: dict[str, Any]) -> None:
+        records.append(run_dir.log_round(record))
+        written = _normalise(records[-1])  # exactly the rounds.jsonl line
+        for tracker in trackers:
+            tracker.log_round(written)
+
+    # the trackers are finished last (after the manager's close, which may raise), in any case
+    with (
+        contextlib.ExitStack() as finish_trackers,
+        CheckpointManager(run_dir.checkpoint_dir, max_to_keep=2) as manager,
+    ):
         state = optimizer.restore(manager) if resume else None
+        run_dir.rollback(-1 if state is None else optimizer.round_index(state))
+        history = run_dir.rounds()
+        for tracker in trackers:
+            finish_trackers.push(
+                _finisher(tracker)
+            )  # before start: a half-started sink is closed too
+            tracker.start(run_dir.config(), run_dir.path, history)
         if state is None:
-            run_dir.rollback(-1)
             t0 = time.perf_counter()
             state, result = optimizer.init(jax.random.key(optimizer.seed))
             run_dir.log_evaluated(0, result.sequences, result.values)
-            records.append(
-                run_dir.log_round({**result.record, "seconds": time.perf_counter() - t0})
-            )
+            log_round({**result.record, "seconds": time.perf_counter() - t0})
             optimizer.save(manager, state)
             if progress:
                 log(
                     f"round 0 ({optimizer.round0_description()}): {len(result.values)} distinct "
                     f"sequences, min regret {records[-1]['min_regret']:.4f}"
                 )
-        else:
-            run_dir.rollback(optimizer.round_index(state))
-            if progress:
-                log(f"resuming {run_dir.path} after round {optimizer.round_index(state)}")
+        elif progress:
+            log(f"resuming {run_dir.path} after round {optimizer.round_index(state)}")
         done_here = 0
         while optimizer.round_index(state) < optimizer.total_rounds() and not (
             optimizer.stop_reason(state)
@@ -193,7 +215,7 @@ def run(
                 break
             seconds = time.perf_counter() - t0
             run_dir.log_evaluated(optimizer.round_index(state), result.sequences, result.values)
-            records.append(run_dir.log_round({**result.record, "seconds": seconds}))
+            log_round({**result.record, "seconds": seconds})
             optimizer.plot(run_dir)
             optimizer.save(manager, state)
             done_here += 1
@@ -204,3 +226,14 @@ def run(
     if reason and progress:
         log(f"stopped early after round {optimizer.round_index(state)}: {reason}")
     return RunResult(state=state, records=records, stop_reason=reason, path=run_dir.path)
+
+
+def _finisher(tracker: Any) -> Callable[..., bool]:
+    """An ``ExitStack`` exit callback calling ``tracker.finish(error)`` (the exception is not
+    swallowed)."""
+
+    def exit_(exc_type: Any, error: BaseException | None, traceback: Any) -> bool:
+        tracker.finish(error)
+        return False
+
+    return exit_

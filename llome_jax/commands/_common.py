@@ -7,7 +7,8 @@ meaning and one default each;
 its own function and number of rounds). ``--config FILE`` and ``--set KEY=VALUE`` reach every
 setting of the optimizer's configuration (dotted keys into the nested configurations, as
 ``--print-config`` shows them); :func:`apply_settings` applies them after the preset and the
-other flags.
+other flags. ``--tracker tensorboard|wandb`` (repeatable) sends each round's record to TensorBoard
+(``<out>/tensorboard/``) and/or W&B (offline, ``<out>/wandb/``): :func:`make_trackers`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 __all__ = [
     "add_run_arguments",
     "apply_settings",
+    "make_trackers",
     "print_config_or_require_out",
     "run_overrides",
 ]
@@ -83,6 +85,15 @@ def add_run_arguments(
         metavar="KEY=VALUE",
         help="one setting, dotted into nested configurations (e.g. finetune.epochs=4; the value "
         "is read as JSON, else as a string); repeatable; applied last",
+    )
+    parser.add_argument(
+        "--tracker",
+        dest="trackers",
+        action="append",
+        default=[],
+        choices=("tensorboard", "wandb"),
+        help="also log each round's metrics to TensorBoard (<out>/tensorboard/) or W&B (offline, "
+        '<out>/wandb/); repeatable; needs pip install "llome-jax[tracking]"',
     )
 
 
@@ -156,3 +167,17 @@ def print_config_or_require_out(
     if args.out is None:
         raise ValueError("--out DIR is required (or --print-config to show the configuration)")
     return False
+
+
+def make_trackers(args: argparse.Namespace) -> list[Any]:
+    """The ``--tracker`` sinks for the run in ``--out`` (``llome_jax.tracking.make_tracker``).
+
+    Raises:
+      ValueError: a sink's package is missing (exit code 2, before the run starts).
+    """
+    from llome_jax.tracking import make_tracker
+
+    try:
+        return [make_tracker(name, args.out) for name in getattr(args, "trackers", None) or []]
+    except ImportError as error:
+        raise ValueError(str(error)) from error

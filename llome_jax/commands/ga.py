@@ -7,6 +7,7 @@ import argparse
 from llome_jax.commands._common import (
     add_run_arguments,
     apply_settings,
+    make_trackers,
     print_config_or_require_out,
 )
 
@@ -76,7 +77,10 @@ def _run_rounds(args: argparse.Namespace, config) -> int:  # config: ga.GAConfig
     cfg = apply_settings(args, "ga", cfg)
     if print_config_or_require_out(args, "ga", cfg):
         return 0
-    result = run(cfg, args.out, resume=args.resume, progress=not args.no_progress)
+    trackers = make_trackers(args)
+    result = run(
+        cfg, args.out, resume=args.resume, progress=not args.no_progress, trackers=trackers
+    )
     if result.records:
         last = result.records[-1]
         print(
@@ -115,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
     args.seeds = 8 if args.seeds is None else args.seeds
     if args.config or args.settings:
         raise ValueError("--config / --set configure a round-mode run: pass --rounds")
+    if getattr(args, "trackers", None):
+        raise ValueError("--tracker logs the rounds of a round-mode run: pass --rounds")
     if args.print_config:
         raise ValueError("--print-config shows a round-mode configuration: pass --rounds")
     if args.out is None:

@@ -7,6 +7,7 @@ import argparse
 from llome_jax.commands._common import (
     add_run_arguments,
     apply_settings,
+    make_trackers,
     print_config_or_require_out,
     run_overrides,
 )
@@ -73,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = build_config(args)
     if print_config_or_require_out(args, "lambo2", cfg, {"preset": args.preset}):
         return 0
+    trackers = make_trackers(args)
     mesh = None
     if args.devices is not None:
         from llome_jax.parallel import make_mesh
@@ -85,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         mesh=mesh,
         extra_config={"preset": args.preset},
+        trackers=trackers,
     )
     final = result.state.history
     best = float(final.y.max())

@@ -7,6 +7,7 @@ import argparse
 from llome_jax.commands._common import (
     add_run_arguments,
     apply_settings,
+    make_trackers,
     print_config_or_require_out,
     run_overrides,
 )
@@ -69,11 +70,13 @@ def run(args: argparse.Namespace) -> int:
     validate_config(cfg)
     if print_config_or_require_out(args, "llome", cfg):
         return 0
+    trackers = make_trackers(args)
     result = run_llome(
         cfg,
         args.out,
         resume=args.resume,
         progress=not args.no_progress,
+        trackers=trackers,
     )
     last = result.records[-1] if result.records else None
     if last is None and result.path.joinpath("rounds.jsonl").exists():

@@ -407,8 +407,9 @@ def run(
     cfg: Lambo2Config, out: str | pathlib.Path, *, mesh: Any = None, **options: Any
 ) -> RunResult[Lambo2State]:
     """Run (or resume) LaMBO-2 into the run directory ``out``: :func:`llome_jax.runner.run` (its
-    ``options``: ``resume``, ``progress``, ``max_rounds_this_call``, ``log``, ``extra_config``)
-    with the :class:`Lambo2` plug-in, the design population sharded over ``mesh`` if given.
+    ``options``: ``resume``, ``progress``, ``max_rounds_this_call``, ``log``, ``extra_config``,
+    ``trackers``) with the :class:`Lambo2` plug-in, the design population sharded over ``mesh``
+    if given.
 
     Raises:
       ValueError: unknown function, bad configuration, or a resume whose configuration differs

@@ -170,8 +170,9 @@ def run(
     cfg: LoopConfig, out: str | pathlib.Path, *, runtime: Runtime | None = None, **options: Any
 ) -> RunResult[LoopState]:
     """Run (or resume) LLOME into the run directory ``out``: :func:`llome_jax.runner.run` (its
-    ``options``: ``resume``, ``progress``, ``max_rounds_this_call``, ``log``, ``extra_config``)
-    with the :class:`Llome` plug-in, on ``runtime`` if given (else one built for ``cfg``).
+    ``options``: ``resume``, ``progress``, ``max_rounds_this_call``, ``log``, ``extra_config``,
+    ``trackers``) with the :class:`Llome` plug-in, on ``runtime`` if given (else one built for
+    ``cfg``).
 
     Raises:
       ValueError / FileNotFoundError: bad configuration, or ``resume`` on a directory holding a
