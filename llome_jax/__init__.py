@@ -2,8 +2,22 @@
 
 Subpackages: ``ehrlich`` (test functions), ``ga`` (genetic algorithm), ``lm`` (Pythia in Flax
 NNX), ``losses``/``train`` (SFT, DPO, MargE, REINFORCE), ``llome`` (the bilevel loop),
-``lambo2`` (the guided discrete-diffusion baseline). Import the subpackage you need; this top level
-stays light so that ``llome_jax.ehrlich`` never pays for flax or transformers.
+``lambo2`` (the guided discrete-diffusion baseline), ``compat`` (holo-bench and poli facades).
+:class:`Objective` (``llome_jax.objective``) is what every optimizer maximises: an Ehrlich function
+or your own black box. Import the subpackage you need; this top level stays light so that
+``llome_jax.ehrlich`` never pays for flax or transformers (``Objective`` is imported on first use).
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
+
+__all__ = ["Objective", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Objective":
+        from llome_jax.objective import Objective
+
+        return Objective
+    raise AttributeError(f"module 'llome_jax' has no attribute {name!r}")

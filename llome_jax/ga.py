@@ -21,7 +21,16 @@ The API follows evosax: ``init(key, initial_solution, config, num_states, initia
 ``run`` scans ``ask/evaluate/tell`` over generations under one
 ``lax.scan``; ``jax.vmap(run, in_axes=(0, ...))`` runs many seeds in one call. ``run_archive``
 records every evaluated sequence of the first ``n0`` generations (the seed data of LLOME and
-LaMBO-2). This module imports only jax, numpy and :mod:`llome_jax.ehrlich`.
+LaMBO-2). This module imports only jax, numpy, :mod:`llome_jax.ehrlich` and
+:mod:`llome_jax.objective`.
+
+**What ``fn`` may be.** An Ehrlich instance, or a :class:`~llome_jax.objective.Objective`. An
+objective made from an Ehrlich instance runs exactly as that instance; a traceable objective (a
+jitted JAX ``evaluate``) runs inside the same jitted ``lax.scan``; any other objective (NumPy or
+Python code) runs the same generations from a host loop (``start``/``advance`` dispatch): per
+generation the jitted ``ask`` proposes, the objective labels on the host (one checked call of
+``n`` sequences), the jitted ``tell`` updates. Same keys, same populations: the host loop and
+the scan give identical results for the same values.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from llome_jax import ehrlich
+from llome_jax.objective import Objective
 
 __all__ = [
     "GAArchive",
@@ -49,6 +59,7 @@ __all__ = [
     "count_unique_rows",
     "init",
     "mutate",
+    "on_host",
     "random_bits",
     "recombine",
     "run",
@@ -465,26 +476,60 @@ def _generation_stats(population: jax.Array, values: jax.Array, state: GAState, 
 
 
 # ---------------------------------------------------------------------------------------------
+# What the generations evaluate: an Ehrlich instance or an Objective
+# ---------------------------------------------------------------------------------------------
+def _traced(fn: Any) -> Any:
+    """What jitted code receives: the Ehrlich instance (also behind an objective made from one),
+    or the traceable objective itself."""
+    if isinstance(fn, Objective) and fn.ehrlich is not None:
+        return fn.ehrlich
+    return fn
+
+
+def on_host(fn: Any) -> bool:
+    """Whether ``fn`` is an objective whose ``evaluate`` JAX cannot trace (the host loop runs)."""
+    return isinstance(fn, Objective) and fn.ehrlich is None and not fn.traceable
+
+
+def _num_states(fn: Any) -> int:
+    return fn.num_states if isinstance(fn, Objective) else fn.config.num_states
+
+
+def _evaluate(fn: Any, x: jax.Array) -> jax.Array:
+    """``f(x)`` inside a trace: float32 ``[...]`` for int ``[..., L]``."""
+    if isinstance(fn, Objective):
+        flat = x.reshape(-1, x.shape[-1])
+        return jnp.asarray(fn.evaluate(flat), jnp.float32).reshape(x.shape[:-1])
+    return ehrlich.evaluate(fn, x)
+
+
+# ---------------------------------------------------------------------------------------------
 # Whole runs
 # ---------------------------------------------------------------------------------------------
-def validate_ga_inputs(fn: ehrlich.Ehrlich, initial_solution: Any, config: GAConfig) -> jax.Array:
-    """Eager checks before jit: config type and the initial solution's shape, dtype and range."""
+def validate_ga_inputs(fn: Any, initial_solution: Any, config: GAConfig) -> jax.Array:
+    """Eager checks before jit: config type and the initial solution's shape, dtype and range
+    (``fn``: an Ehrlich instance or an :class:`~llome_jax.objective.Objective`)."""
     if not isinstance(config, GAConfig):
         raise ValueError(f"config must be a GAConfig, got {type(config).__name__}.")
-    x0 = ehrlich.validate_tokens(fn, initial_solution, what="initial_solution")
+    if isinstance(fn, Objective) and fn.ehrlich is None:
+        x0 = np.asarray(initial_solution)
+        if x0.ndim == 1:
+            return jnp.asarray(fn.check_sequences(x0[None], what="initial_solution")[0])
+    else:
+        x0 = ehrlich.validate_tokens(_traced(fn), initial_solution, what="initial_solution")
     if x0.ndim != 1:
         raise ValueError(f"initial_solution must be one sequence [L], got shape {tuple(x0.shape)}.")
     return jnp.asarray(x0, jnp.int32)
 
 
 def _generation_step(fn, config, population_sharding, keep_populations):
-    num_states = fn.config.num_states
+    num_states = _num_states(fn)
 
     def step(state: GAState, key: jax.Array):
         population = ask(key, state, config, num_states)
         if population_sharding is not None:
             population = jax.lax.with_sharding_constraint(population, population_sharding)
-        values = ehrlich.evaluate(fn, population)
+        values = _evaluate(fn, population)
         state = tell(population, values, state)
         stats = _generation_stats(population, values, state, num_states)
         return state, ((stats, population, values) if keep_populations else stats)
@@ -493,37 +538,42 @@ def _generation_step(fn, config, population_sharding, keep_populations):
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
+def _start(
+    key: jax.Array, fn: Any, initial_solution: jax.Array, config: GAConfig
+) -> tuple[GAState, jax.Array]:
+    key_init, key_run = jax.random.split(key)
+    initial_value = _evaluate(fn, initial_solution)
+    state = init(key_init, initial_solution, config, _num_states(fn), initial_value)
+    return state, key_run
+
+
 def start(
-    key: jax.Array, fn: ehrlich.Ehrlich, initial_solution: jax.Array, config: GAConfig
+    key: jax.Array, fn: Any, initial_solution: jax.Array, config: GAConfig
 ) -> tuple[GAState, jax.Array]:
     """Initial state (``f(x0)`` evaluated once to seed the best-so-far) and the generations' key.
 
     ``advance(state, jax.random.split(run_key, T), ...)`` then reproduces ``run`` exactly, also
     when the ``T`` keys are consumed in several segments (as the CLI does for its progress bar).
+    Jitted, except for a host objective (:func:`on_host`), whose ``f(x0)`` is one host call.
     """
-    key_init, key_run = jax.random.split(key)
-    initial_value = ehrlich.evaluate(fn, initial_solution)
-    state = init(key_init, initial_solution, config, fn.config.num_states, initial_value)
-    return state, key_run
+    if on_host(fn):
+        key_init, key_run = jax.random.split(key)
+        initial_value = fn(np.asarray(initial_solution)[None])[0]
+        return _init_jit(key_init, initial_solution, config, fn.num_states, initial_value), key_run
+    return _start(key, _traced(fn), initial_solution, config)
 
 
 @functools.partial(
     jax.jit, static_argnames=("config", "population_sharding", "keep_populations"), donate_argnums=0
 )
-def advance(
+def _advance(
     state: GAState,
     keys: jax.Array,
-    fn: ehrlich.Ehrlich,
+    fn: Any,
     config: GAConfig,
     population_sharding: jax.sharding.Sharding | None = None,
     keep_populations: bool = False,
 ):
-    """Run one generation per key under ``lax.scan`` (the state buffer is donated).
-
-    Returns:
-      ``(state, trace)``, or ``(state, (trace, populations [T, n, L], values [T, n]))`` with
-      ``keep_populations``.
-    """
     if population_sharding is not None:
         state = dataclasses.replace(
             state,
@@ -533,27 +583,81 @@ def advance(
     return jax.lax.scan(step, state, keys)
 
 
+_init_jit = jax.jit(init, static_argnames=("config", "num_states"))
+_ask_jit = jax.jit(ask, static_argnames=("config", "num_states"))
+_tell_jit = jax.jit(tell)
+_stats_jit = jax.jit(_generation_stats, static_argnames=("num_states",))
+
+
+def _advance_host(
+    state: GAState, keys: jax.Array, objective: Objective, config: GAConfig, keep_populations: bool
+):
+    """:func:`advance` for a host objective: the scan's step as a Python loop (same keys, same
+    jitted ``ask``/``tell``, one checked objective call per generation)."""
+    num_states = objective.num_states
+    stats, populations, all_values = [], [], []
+    for key in keys:
+        population = _ask_jit(key, state, config, num_states)
+        values = jnp.asarray(objective(np.asarray(population)))
+        state = _tell_jit(population, values, state)
+        stats.append(_stats_jit(population, values, state, num_states))
+        populations.append(population)
+        all_values.append(values)
+    trace = jax.tree.map(lambda *xs: jnp.stack(xs), *stats)
+    if keep_populations:
+        return state, (trace, jnp.stack(populations), jnp.stack(all_values))
+    return state, trace
+
+
+def advance(
+    state: GAState,
+    keys: jax.Array,
+    fn: Any,
+    config: GAConfig,
+    population_sharding: jax.sharding.Sharding | None = None,
+    keep_populations: bool = False,
+):
+    """Run one generation per key under ``lax.scan`` (the state buffer is donated); a host
+    objective (:func:`on_host`) runs the same steps from a Python loop.
+
+    Returns:
+      ``(state, trace)``, or ``(state, (trace, populations [T, n, L], values [T, n]))`` with
+      ``keep_populations``.
+    """
+    if on_host(fn):
+        if population_sharding is not None:
+            raise ValueError("population_sharding needs a traceable objective (a jitted evaluate).")
+        return _advance_host(state, keys, fn, config, keep_populations)
+    return _advance(state, keys, _traced(fn), config, population_sharding, keep_populations)
+
+
 @functools.partial(
     jax.jit,
     static_argnames=("num_generations", "config", "population_sharding", "keep_populations"),
 )
 def _run(
     key: jax.Array,
-    fn: ehrlich.Ehrlich,
+    fn: Any,
     initial_solution: jax.Array,
     num_generations: int,
     config: GAConfig,
     population_sharding: jax.sharding.Sharding | None = None,
     keep_populations: bool = False,
 ):
-    state, key_run = start(key, fn, initial_solution, config)
+    state, key_run = _start(key, fn, initial_solution, config)
     keys = jax.random.split(key_run, num_generations)
-    return advance(state, keys, fn, config, population_sharding, keep_populations)
+    return _advance(state, keys, fn, config, population_sharding, keep_populations)
+
+
+def _run_host(key, objective, x0, num_generations, config, keep_populations=False):
+    state, key_run = start(key, objective, x0, config)
+    keys = jax.random.split(key_run, num_generations)
+    return _advance_host(state, keys, objective, config, keep_populations)
 
 
 def run(
     key: jax.Array,
-    fn: ehrlich.Ehrlich,
+    fn: Any,
     initial_solution: Any,
     num_generations: int,
     config: GAConfig = GAConfig(),
@@ -564,7 +668,8 @@ def run(
 
     Args:
       key: PRNG key (the run seed).
-      fn: the Ehrlich instance (higher is better).
+      fn: the Ehrlich instance or an :class:`~llome_jax.objective.Objective` (higher is better;
+        a host objective runs the generations from a Python loop, see the module docstring).
       initial_solution: int ``[L]`` start sequence (``paper_initial_solution(name)`` reproduces the
         paper's runs).
       num_generations: ``T`` (static).
@@ -581,7 +686,11 @@ def run(
     x0 = initial_solution
     if not isinstance(initial_solution, jax.core.Tracer):
         x0 = validate_ga_inputs(fn, initial_solution, config)
-    return _run(key, fn, x0, num_generations, config, population_sharding)
+    if on_host(fn):
+        if population_sharding is not None:
+            raise ValueError("population_sharding needs a traceable objective (a jitted evaluate).")
+        return _run_host(key, fn, x0, num_generations, config)
+    return _run(key, _traced(fn), x0, num_generations, config, population_sharding)
 
 
 def archive_from_trajectory(
@@ -614,7 +723,7 @@ def archive_from_trajectory(
 
 def run_archive(
     key: jax.Array,
-    fn: ehrlich.Ehrlich,
+    fn: Any,
     initial_solution: Any,
     num_generations: int = 10,
     config: GAConfig = GAConfig(),
@@ -624,7 +733,8 @@ def run_archive(
     This is the seed data of LLOME and LaMBO-2 (paper Sec. 4.2: ``n0 = 10`` GA generations, i.e.
     ``10 n`` oracle calls). The first generation is the mutated copies of the initial solution, so
     the archive equals the reference's recorded particles (holo records the post-update population
-    after each of its 10 steps and never the unmutated copies).
+    after each of its 10 steps and never the unmutated copies). ``fn``: an Ehrlich instance or an
+    :class:`~llome_jax.objective.Objective` (a host objective runs the generations from a loop).
 
     Returns:
       ``GAArchive`` with capacity ``n0 * n``.
@@ -632,10 +742,16 @@ def run_archive(
     if not isinstance(num_generations, int) or num_generations < 1:
         raise ValueError(f"num_generations must be a positive int, got {num_generations!r}.")
     x0 = validate_ga_inputs(fn, initial_solution, config)
-    return _run_archive(key, fn, x0, num_generations, config)
+    if on_host(fn):
+        _, (_, populations, values) = _run_host(key, fn, x0, num_generations, config, True)
+        return _archive_jit(populations, values, fn.num_states)
+    return _run_archive(key, _traced(fn), x0, num_generations, config)
+
+
+_archive_jit = jax.jit(archive_from_trajectory, static_argnames=("num_states",))
 
 
 @functools.partial(jax.jit, static_argnames=("num_generations", "config"))
 def _run_archive(key, fn, x0, num_generations, config):
     _, (_, populations, values) = _run(key, fn, x0, num_generations, config, None, True)
-    return archive_from_trajectory(populations, values, fn.config.num_states)
+    return archive_from_trajectory(populations, values, _num_states(fn))

@@ -16,6 +16,13 @@ partitionable threefry). ``evaluated.csv`` holds the distinct sequences of each 
 occurrence within the round, in evaluation order); ``num_evaluations`` counts every particle
 (``n`` per generation), duplicates included, as the paper does; ``min_regret`` is over every
 particle so far.
+
+**Objectives.** ``GeneticAlgorithm(cfg, objective)`` optimises an
+:class:`~llome_jax.objective.Objective` instead of ``cfg.function``: a traceable (jitted JAX)
+objective runs inside the same jitted ``lax.scan``, any other one from a host loop over the same
+generations (``ga.advance``); ``config.json`` then records ``objective`` / ``objective_info``
+instead of ``function`` / ``instance_seed``, and the regret fields follow the objective's
+``optimal_value`` (null when unknown; ``best_value`` is always recorded).
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ import jax
 import numpy as np
 
 from llome_jax import configs, ga
-from llome_jax.runner import RoundResult, RunResult
+from llome_jax.objective import Objective, ehrlich_objective, objective_config
+from llome_jax.runner import RoundResult, RunResult, progress_text
 from llome_jax.runner import run as run_rounds
 
 __all__ = ["GARoundState", "GARunConfig", "GeneticAlgorithm", "run"]
@@ -90,7 +98,9 @@ class GARoundState:
 class GeneticAlgorithm:
     """The paper's GA as a :class:`~llome_jax.runner.RoundOptimizer` over :class:`GARoundState`.
 
-    Construction resolves the function and checks the start sequence (clear errors first).
+    Construction resolves the function (or takes ``objective``, an
+    :class:`~llome_jax.objective.Objective`, instead of ``cfg.function``), checks the start
+    sequence and makes one checked call of a custom objective (clear errors first).
     """
 
     name = "ga"
@@ -98,17 +108,28 @@ class GeneticAlgorithm:
     def upgrade_config(self, saved: dict[str, Any]) -> dict[str, Any]:
         return saved
 
-    def __init__(self, cfg: GARunConfig) -> None:
-        from llome_jax import ehrlich
-
+    def __init__(self, cfg: GARunConfig, objective: Objective | None = None) -> None:
         self.cfg = cfg
         self.seed = cfg.seed
-        self.fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
-        x0 = ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed)
-        self.x0 = ga.validate_ga_inputs(self.fn, x0, cfg.ga)
+        self.custom_objective = objective is not None
+        if objective is None:
+            objective = ehrlich_objective(cfg.function, cfg.instance_seed)
+        elif not isinstance(objective, Objective):
+            raise ValueError(f"objective must be a llome_jax.Objective; got {type(objective)}.")
+        else:
+            objective.validate()
+        self.objective = objective
+        self.x0 = ga.validate_ga_inputs(objective, objective.x0, cfg.ga)
+
+    @property
+    def problem(self) -> str:
+        """What is optimised, for titles: ``cfg.function`` or the objective's name."""
+        return self.objective.name if self.custom_objective else self.cfg.function
 
     def config_dict(self) -> dict[str, Any]:
-        return self.cfg.to_dict()
+        return objective_config(
+            self.cfg.to_dict(), self.objective if self.custom_objective else None
+        )
 
     def total_rounds(self) -> int:
         return self.cfg.rounds
@@ -119,9 +140,9 @@ class GeneticAlgorithm:
     def _advance(self, state: GARoundState, start: int, stop: int) -> tuple[Any, Any, Any]:
         keys = jax.random.split(state.run_key, stop)[start:]
         ga_state, (trace, populations, values) = ga.advance(
-            state.ga_state, keys, self.fn, self.cfg.ga, keep_populations=True
+            state.ga_state, keys, self.objective, self.cfg.ga, keep_populations=True
         )
-        archive = ga.archive_from_trajectory(populations, values, self.fn.config.num_states)
+        archive = ga.archive_from_trajectory(populations, values, self.objective.num_states)
         x, v, _ = archive.to_numpy()
         return ga_state, trace, (x.astype(np.int32), np.where(np.isfinite(v), v, -np.inf))
 
@@ -132,14 +153,18 @@ class GeneticAlgorithm:
 
         num_generated = int(trace.num_evaluations.shape[0]) * self.cfg.ga.num_particles
         best = float(ga_state.best_value)
+        optimum, worst = self.objective.optimal_value, self.objective.worst_value
+        best_regret = regret([best], optimum, worst)[0]
         record = round_metrics(
             round_index,
             x,
             v,
             v,
             num_generated=num_generated,
+            optimal_value=optimum,
+            worst_value=worst,
             num_evaluations=int(ga_state.num_evaluations),
-            min_regret=float(regret([best])[0]),
+            min_regret=None if np.isnan(best_regret) else float(best_regret),
             best_value=best,
             generations=int(ga_state.generation),
         )
@@ -149,7 +174,7 @@ class GeneticAlgorithm:
         """Round 0: ``n0`` generations from the mutated copies of the start sequence."""
         from llome_jax.llome.runtime import named_key
 
-        ga_state, run_key = ga.start(named_key(key, "ga"), self.fn, self.x0, self.cfg.ga)
+        ga_state, run_key = ga.start(named_key(key, "ga"), self.objective, self.x0, self.cfg.ga)
         state = GARoundState(ga_state, run_key)
         n0 = self.cfg.initial_generations
         ga_state, trace, (x, v) = self._advance(state, 0, n0)
@@ -168,15 +193,21 @@ class GeneticAlgorithm:
         return done // self.cfg.generations_per_round
 
     def stop_reason(self, state: GARoundState) -> str:
-        return "the optimum (f = 1) was found" if float(state.ga_state.best_value) >= 1.0 else ""
+        optimum = self.objective.optimal_value
+        if optimum is not None and float(state.ga_state.best_value) >= optimum:
+            return f"the optimum (f = {optimum:g}) was found"
+        return ""
 
     def save(self, manager: Any, state: GARoundState) -> None:
         r = self.round_index(state)
         manager.save(r, state, {"round": r})
 
     def restore(self, manager: Any) -> GARoundState | None:
-        abstract = jax.eval_shape(
-            lambda k: GARoundState(*ga.start(k, self.fn, self.x0, self.cfg.ga)),
+        cfg, num_states = self.cfg.ga, self.objective.num_states
+        abstract = jax.eval_shape(  # shapes only: no objective call
+            lambda k: GARoundState(
+                ga.init(k, self.x0, cfg, num_states, 0.0), jax.random.split(k)[1]
+            ),
             jax.random.key(0),
         )
         restored = manager.restore_latest_good(abstract)
@@ -187,22 +218,31 @@ class GeneticAlgorithm:
 
     def round_line(self, record: Mapping[str, Any]) -> str:
         return (
-            f"round {record['round']}: {record['num_evaluations']} evaluations, min regret "
-            f"{record['min_regret']:.4f}, {record['num_generated']} particles"
+            f"round {record['round']}: {record['num_evaluations']} evaluations, "
+            f"{progress_text(record)}, {record['num_generated']} particles"
         )
 
     def plot(self, run_dir: Any) -> None:
-        cfg = self.cfg
-        run_dir.plot_regret("GA", f"GA on {cfg.function} (seed {cfg.seed})", log_x=False)
+        from llome_jax.rundir import plot_options
+
+        title = f"GA on {self.problem} (seed {self.cfg.seed})"
+        run_dir.plot_regret("GA", title, log_x=False, **plot_options(self.objective))
 
 
-def run(cfg: GARunConfig, out: str | pathlib.Path, **options: Any) -> RunResult[GARoundState]:
+def run(
+    cfg: GARunConfig,
+    out: str | pathlib.Path,
+    *,
+    objective: Objective | None = None,
+    **options: Any,
+) -> RunResult[GARoundState]:
     """Run (or resume) the GA into the run directory ``out``: :func:`llome_jax.runner.run` (its
     ``options``: ``resume``, ``progress``, ``max_rounds_this_call``, ``log``, ``extra_config``,
-    ``trackers``) with the :class:`GeneticAlgorithm` plug-in.
+    ``trackers``) with the :class:`GeneticAlgorithm` plug-in, on ``objective`` if given (else
+    ``cfg.function``).
 
     Raises:
-      ValueError: unknown function, bad settings, or a resume whose configuration differs
-        (except ``rounds``); nothing is written then.
+      ValueError: unknown function, a malformed objective, bad settings, or a resume whose
+        configuration differs (except ``rounds``); nothing is written then.
     """
-    return run_rounds(GeneticAlgorithm(cfg), out, **options)
+    return run_rounds(GeneticAlgorithm(cfg, objective), out, **options)

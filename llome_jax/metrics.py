@@ -1,9 +1,9 @@
 """Optimisation metrics, one definition each (``rounds.jsonl`` fields; paper Sec. 4.2).
 
-* Generic, for every optimizer: :func:`regret` (``1 - f(x)``, infeasible = 1),
-  :func:`frac_unique`, :func:`mean_hamming_to_nearest` and :func:`round_metrics`, the common
-  per-round record (``min_regret`` over every labelled sequence so far, ``mean_regret`` and
-  ``frac_feasible`` over the round's).
+* Generic, for every optimizer: :func:`regret` (``f* - f(x)``; Ehrlich: ``1 - f(x)``,
+  infeasible = 1), :func:`frac_unique`, :func:`mean_hamming_to_nearest` and
+  :func:`round_metrics`, the common per-round record (``min_regret`` over every labelled
+  sequence so far, ``mean_regret`` and ``frac_feasible`` over the round's).
 * Of LLOME's proposals relative to their prompts: edit size (:func:`hamming_distance`,
   :func:`mean_hamming_distance`, the temperature schedule's input), novelty
   (:func:`frac_novel`) and improvement (:func:`mean_reward`, :func:`frac_improved`), collected by
@@ -34,10 +34,38 @@ __all__ = [
 ]
 
 
-def regret(values: Any) -> np.ndarray:
-    """Simple regret ``1 - f(x)``; infeasible (``-inf``) sequences get regret 1."""
+def regret(
+    values: Any, optimal_value: float | None = 1.0, worst_value: float | None = 0.0
+) -> np.ndarray:
+    """Simple regret ``f* - f(x)``: float64 ``[...]`` for ``values [...]``.
+
+    The defaults are the Ehrlich convention (``f* = 1``; an infeasible, ``-inf``, sequence counts
+    as the worst feasible value 0, so its regret is 1). For an
+    :class:`~llome_jax.objective.Objective`: ``optimal_value`` its ``f*`` (``None``: unknown, every
+    regret is NaN) and ``worst_value`` the value an infeasible sequence counts as (``None``: its
+    regret is NaN, i.e. it is left out of the statistics).
+
+    Example:
+      >>> regret([0.25, -float("inf")]).tolist()
+      [0.75, 1.0]
+      >>> regret([3.0, -float("inf")], optimal_value=8.0, worst_value=None).tolist()
+      [5.0, nan]
+    """
     values = np.asarray(values, dtype=np.float64)
-    return 1.0 - np.where(np.isfinite(values), values, 0.0)
+    if optimal_value is None:
+        return np.full(values.shape, np.nan)
+    fill = np.nan if worst_value is None else worst_value
+    return optimal_value - np.where(np.isfinite(values), values, fill)
+
+
+def _finite_min(r: np.ndarray) -> float | None:
+    r = r[~np.isnan(r)]
+    return float(r.min()) if r.size else None
+
+
+def _finite_mean(r: np.ndarray) -> float | None:
+    r = r[~np.isnan(r)]
+    return float(r.mean()) if r.size else None
 
 
 def frac_unique(sequences: Any) -> float:
@@ -73,9 +101,17 @@ def round_metrics(
     all_values: Any,
     *,
     num_generated: int | None = None,
+    optimal_value: float | None = 1.0,
+    worst_value: float | None = 0.0,
     **extra: Any,
 ) -> dict[str, Any]:
     """The common per-round record.
+
+    ``min_regret = min_{x labelled so far} f* - f(x)`` and ``mean_regret`` = its mean over the
+    round's sequences (:func:`regret`: infeasible sequences count as ``worst_value``, or are left
+    out when it is ``None``; null when nothing is left). Without ``optimal_value`` both are null:
+    an objective with an unknown optimum is followed through ``best_value`` (the optimizers add
+    ``max f`` so far to every record).
 
     Args:
       round_index: the round number.
@@ -84,6 +120,8 @@ def round_metrics(
       all_values: float ``[N]`` every value labelled so far (this round included);
         ``num_evaluations = N``.
       num_generated: candidates generated before filtering (defaults to ``m``).
+      optimal_value / worst_value: the objective's ``f*`` and the value infeasible sequences count
+        as (defaults: Ehrlich's 1 and 0).
       **extra: any other ``ROUND_FIELDS`` (``mean_hamming``, ``train_loss``, ...).
     """
     new_values = np.asarray(new_values, dtype=np.float64)
@@ -92,8 +130,8 @@ def round_metrics(
         "round": int(round_index),
         "num_evaluations": int(all_values.size),
         "num_generated": int(len(new_values) if num_generated is None else num_generated),
-        "min_regret": float(regret(all_values).min()) if all_values.size else None,
-        "mean_regret": float(regret(new_values).mean()) if new_values.size else None,
+        "min_regret": _finite_min(regret(all_values, optimal_value, worst_value)),
+        "mean_regret": _finite_mean(regret(new_values, optimal_value, worst_value)),
         "frac_feasible": float(np.isfinite(new_values).mean()) if new_values.size else None,
         "frac_unique": frac_unique(new_sequences),
     }

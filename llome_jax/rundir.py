@@ -13,6 +13,12 @@ so that results of different optimizers can be compared file for file. Metrics f
 (Sec. 4.2): ``regret(x) = 1 - f(x)``; ``min_regret`` is over every labelled sequence so far,
 ``mean_regret`` over the round's sequences; infeasible sequences have regret 1 (the worst value a
 feasible sequence can have), so averages stay finite.
+
+For an :class:`~llome_jax.objective.Objective` of your own, ``regret(x) = f* - f(x)`` with its
+``optimal_value`` ``f*`` (infeasible sequences count as its ``worst_value``, or are left out of
+``min_regret``/``mean_regret`` when that is unknown). With no known optimum ``min_regret`` and
+``mean_regret`` are null and ``best_value`` (``max f`` so far, in every optimizer's records) is
+the progress measure; ``regret.png`` then plots the best value (:func:`plot_options`).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ __all__ = [
     "draw_regret_curves",
     "frac_unique",
     "mean_hamming_to_nearest",
+    "plot_options",
     "plot_regret_curves",
     "regret",
     "round_metrics",
@@ -268,37 +275,63 @@ class RunDirectory:
         return rounds, sequences, values
 
     # ------------------------------------------------------------------ plots
-    def regret_curve(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(evaluations, min_regret)`` float arrays for plotting.
+    def regret_curve(self, metric: str = "min_regret") -> tuple[np.ndarray, np.ndarray]:
+        """``(evaluations, min_regret)`` float arrays for plotting (``metric="best_value"``:
+        ``(evaluations, best value so far)``).
 
-        ``rounds.jsonl``'s ``(num_evaluations, min_regret)`` when every round records both: the
+        ``rounds.jsonl``'s ``(num_evaluations, metric)`` when every round records both: the
         optimizer's own oracle accounting (e.g. the GA seed data counts all ``n0 * n`` calls while
-        ``evaluated.csv`` keeps only its distinct sequences). Otherwise the running minimum over
-        ``evaluated.csv``, one evaluation per row.
+        ``evaluated.csv`` keeps only its distinct sequences). Otherwise the running minimum
+        (maximum) over ``evaluated.csv``, one evaluation per row (regret of an Ehrlich function).
         """
+        if metric not in ("min_regret", "best_value"):
+            raise ValueError(f"metric must be 'min_regret' or 'best_value'; got {metric!r}.")
         rounds = self.rounds()
         if rounds and all(
-            r.get("num_evaluations") is not None and r.get("min_regret") is not None for r in rounds
+            r.get("num_evaluations") is not None and r.get(metric) is not None for r in rounds
         ):
             evaluations = np.asarray([r["num_evaluations"] for r in rounds], float)
-            return evaluations, np.asarray([r["min_regret"] for r in rounds], float)
+            return evaluations, np.asarray([r[metric] for r in rounds], float)
         _, _, values = self.evaluated()
-        curve = np.minimum.accumulate(regret(values)) if values.size else np.zeros(0)
+        if metric == "best_value":
+            curve = np.maximum.accumulate(values) if values.size else np.zeros(0)
+        else:
+            curve = np.minimum.accumulate(regret(values)) if values.size else np.zeros(0)
         return np.arange(1, values.size + 1, dtype=float), curve
 
     def plot_regret(
-        self, label: str | None = None, title: str | None = None, *, log_x: bool = True
+        self,
+        label: str | None = None,
+        title: str | None = None,
+        *,
+        log_x: bool = True,
+        metric: str = "min_regret",
+        ylim: tuple[float, float] | None = (-0.02, 1.02),
     ) -> pathlib.Path:
-        """Write ``regret.png``: :meth:`regret_curve` (min simple regret vs evaluations)."""
+        """Write ``regret.png``: :meth:`regret_curve` (min simple regret, or with
+        ``metric="best_value"`` the best value, vs evaluations; ``ylim=None``: automatic)."""
         name = label or self.config().get("optimizer", "run")
         target = self.path / self.REGRET_PLOT
         plot_regret_curves(
-            {name: [self.regret_curve()]},
+            {name: [self.regret_curve(metric)]},
             target,
             title=title or str(self.path.name),
             log_x=log_x,
+            ylabel="min simple regret" if metric == "min_regret" else "best value",
+            ylim=ylim,
         )
         return target
+
+
+def plot_options(objective: Any) -> dict[str, Any]:
+    """``RunDirectory.plot_regret`` keywords for an :class:`~llome_jax.objective.Objective`: none
+    for an Ehrlich function (regret in ``[0, 1]``), automatic y limits for another known
+    optimum, and the best value instead of the regret when the optimum is unknown."""
+    if objective is None or getattr(objective, "is_ehrlich", False):
+        return {}
+    if objective.optimal_value is None:
+        return {"metric": "best_value", "ylim": None}
+    return {"ylim": None}
 
 
 def draw_regret_curves(axis: Any, curves: Mapping[str, Sequence[tuple[Any, Any]]]) -> None:
@@ -349,8 +382,10 @@ def plot_regret_curves(
     ylabel: str = "min simple regret",
     xlabel: str = "number of evaluations",
     log_x: bool = True,
+    ylim: tuple[float, float] | None = (-0.02, 1.02),
 ) -> pathlib.Path:
-    """One regret-vs-evaluations figure (see :func:`draw_regret_curves`) saved as a PNG."""
+    """One regret-vs-evaluations figure (see :func:`draw_regret_curves`) saved as a PNG
+    (``ylim=None``: automatic y limits)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -362,7 +397,8 @@ def plot_regret_curves(
         axis.set_xscale("log")
     axis.set_xlabel(xlabel)
     axis.set_ylabel(ylabel)
-    axis.set_ylim(-0.02, 1.02)
+    if ylim is not None:
+        axis.set_ylim(*ylim)
     axis.grid(alpha=0.3)
     axis.set_title(title)
     axis.legend(loc="best", fontsize=8)

@@ -34,7 +34,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import jax
 import numpy as np
 
-__all__ = ["RoundOptimizer", "RoundResult", "RunResult", "progress_bar", "run"]
+__all__ = ["RoundOptimizer", "RoundResult", "RunResult", "progress_bar", "progress_text", "run"]
 
 State = TypeVar("State")
 
@@ -111,6 +111,15 @@ class RunResult(Generic[State]):
     records: list[dict[str, Any]]
     stop_reason: str
     path: pathlib.Path
+
+
+def progress_text(record: Mapping[str, Any]) -> str:
+    """``"min regret 0.1234"``, or ``"best value 7"`` for a record without regret (an objective
+    whose optimum is unknown)."""
+    if record.get("min_regret") is not None:
+        return f"min regret {record['min_regret']:.4f}"
+    best = record.get("best_value")
+    return "best value n/a" if best is None else f"best value {best:.6g}"
 
 
 def progress_bar(enabled: bool, **kwargs: Any) -> Any:
@@ -199,7 +208,7 @@ def run(
             if progress:
                 log(
                     f"round 0 ({optimizer.round0_description()}): {len(result.values)} distinct "
-                    f"sequences, min regret {records[-1]['min_regret']:.4f}"
+                    f"sequences, {progress_text(records[-1])}"
                 )
         elif progress:
             log(f"resuming {run_dir.path} after round {optimizer.round_index(state)}")

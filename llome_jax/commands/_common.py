@@ -1,8 +1,9 @@
 """Flags shared by the optimizer commands (``ga``, ``llome``, ``lambo2``), declared once.
 
-``add_run_arguments`` adds ``--function``, ``--instance-seed``, ``--preset`` (where the command
-has presets), ``--rounds``, ``--seed``, ``--out``, ``--resume`` and ``--no-progress`` with one
-meaning and one default each;
+``add_run_arguments`` adds ``--function`` (or ``--objective MODULE:ATTR``, your own
+:class:`~llome_jax.objective.Objective`; :func:`objective_argument` loads it),
+``--instance-seed``, ``--preset`` (where the command has presets), ``--rounds``, ``--seed``,
+``--out``, ``--resume`` and ``--no-progress`` with one meaning and one default each;
 ``run_overrides`` turns them into configuration overrides (only what was given, so a preset keeps
 its own function and number of rounds). ``--config FILE`` and ``--set KEY=VALUE`` reach every
 setting of the optimizer's configuration (dotted keys into the nested configurations, as
@@ -21,12 +22,13 @@ __all__ = [
     "add_run_arguments",
     "apply_settings",
     "make_trackers",
+    "objective_argument",
     "print_config_or_require_out",
     "run_overrides",
 ]
 
 #: keys of a run's ``config.json`` that are not settings: ``--config`` accepts such a file
-_NOT_SETTINGS = ("optimizer", "provenance", "loss")
+_NOT_SETTINGS = ("optimizer", "provenance", "loss", "objective", "objective_info")
 
 
 def add_run_arguments(
@@ -40,7 +42,15 @@ def add_run_arguments(
     """Add the common flags of an optimizer command (``what``: its name in the help texts;
     ``presets=None``: the command has none, and ``--function`` defaults to f2)."""
     default_function = "the preset's, f2 for cpu/paper" if presets is not None else "f2"
-    parser.add_argument(
+    problem = parser.add_mutually_exclusive_group()
+    problem.add_argument(
+        "--objective",
+        metavar="MODULE:ATTR",
+        default=None,
+        help="optimise your own llome_jax.Objective instead of an Ehrlich function: an Objective "
+        "or a function of no arguments returning one (MODULE may be a path/to/file.py)",
+    )
+    problem.add_argument(
         "--function",
         default=None,
         help=f"f1..f4, a paper Ehr name, or 'Ehr(v,L)-c-k-q' with --instance-seed (default: "
@@ -181,3 +191,21 @@ def make_trackers(args: argparse.Namespace) -> list[Any]:
         return [make_tracker(name, args.out) for name in getattr(args, "trackers", None) or []]
     except ImportError as error:
         raise ValueError(str(error)) from error
+
+
+def objective_argument(args: argparse.Namespace) -> Any:
+    """The :class:`~llome_jax.objective.Objective` of ``--objective MODULE:ATTR`` (``None``
+    without the flag), loaded before anything is written.
+
+    Raises:
+      ValueError: the module does not import, the attribute does not give an Objective, or
+        ``--instance-seed`` was given with it (one clear message; the CLI exits with code 2).
+    """
+    spec = getattr(args, "objective", None)
+    if spec is None:
+        return None
+    if getattr(args, "instance_seed", None) is not None:
+        raise ValueError("--instance-seed selects an Ehrlich --function; drop it with --objective")
+    from llome_jax.objective import load_objective
+
+    return load_objective(spec)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -26,6 +27,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _function_arguments(evaluate)
     evaluate.add_argument(
         "--input", required=True, help="file with one sequence per line, e.g. '3,1,0,5'"
+    )
+    evaluate.add_argument(
+        "--alphabet",
+        default=None,
+        help="read (and write) sequences as strings of these characters, the i-th being state i "
+        "(e.g. 'ACDE...'; a line 'CAD' is then 1,0,2): the text bridge for poli in a numpy<2 "
+        "environment (llome_jax.compat.poli)",
     )
     evaluate.add_argument(
         "--output", default="-", help="CSV file for 'sequence,value' ('-' = stdout)"
@@ -78,7 +86,13 @@ def describe_instance(fn) -> dict:
     }
 
 
-def _parse_line(line: str) -> list[int]:
+def _parse_line(line: str, alphabet: str | None = None) -> list[int]:
+    """``"3,1,0,5"`` (or ``"[3, 1, 0, 5]"``) -> ``[3, 1, 0, 5]``; with ``alphabet`` ``"CAD"`` ->
+    the characters' positions in it. ``ValueError`` on anything else."""
+    if alphabet is not None:
+        if any(c not in alphabet for c in line.strip()):
+            raise ValueError("a character outside the alphabet")
+        return [alphabet.index(c) for c in line.strip()]
     cleaned = line.strip().strip("[]")
     return [int(token) for token in cleaned.replace(" ", "").split(",") if token != ""]
 
@@ -109,18 +123,25 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
 
-    stream = sys.stdin if args.input == "-" else open(args.input)
-    with stream:
+    alphabet = getattr(args, "alphabet", None)
+    if alphabet is not None and (len(set(alphabet)) != len(alphabet) or len(alphabet) < 2):
+        raise ValueError(f"--alphabet {alphabet!r} must hold distinct characters")
+    # '-' reads stdin / writes stdout without closing them (the caller may go on using them)
+    stream = contextlib.nullcontext(sys.stdin) if args.input == "-" else open(args.input)
+    with stream as stream:
         rows = []
         for number, line in enumerate(stream, start=1):
             if not line.strip():
                 continue
             try:
-                rows.append(_parse_line(line))
+                rows.append(_parse_line(line, alphabet))
             except ValueError:
-                raise ValueError(
-                    f"{args.input}:{number}: not a comma-separated list of integers"
-                ) from None
+                what = (
+                    f"a string of the --alphabet {alphabet!r}"
+                    if alphabet is not None
+                    else "a comma-separated list of integers"
+                )
+                raise ValueError(f"{args.input}:{number}: not {what}") from None
     if not rows:
         raise ValueError(f"{args.input}: no sequences found")
     lengths = {len(r) for r in rows}
@@ -129,9 +150,10 @@ def run(args: argparse.Namespace) -> int:
             f"every sequence must have length {fn.config.dim}; found lengths {sorted(lengths)}"
         )
     values = np.asarray(ehrlich.evaluate(fn, np.asarray(rows, dtype=np.int64)))
-    out = sys.stdout if args.output == "-" else open(args.output, "w")
-    with out:
+    out = contextlib.nullcontext(sys.stdout) if args.output == "-" else open(args.output, "w")
+    with out as out:
         out.write("sequence,value\n")
         for row, value in zip(rows, values):
-            out.write(f'"{",".join(map(str, row))}",{float(value)!r}\n')
+            text = "".join(alphabet[s] for s in row) if alphabet else ",".join(map(str, row))
+            out.write(f'"{text}",{float(value)!r}\n')
     return 0

@@ -8,6 +8,7 @@ from llome_jax.commands._common import (
     add_run_arguments,
     apply_settings,
     make_trackers,
+    objective_argument,
     print_config_or_require_out,
 )
 
@@ -62,7 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run_rounds(args: argparse.Namespace, config) -> int:  # config: ga.GAConfig
     from llome_jax.ga_optimizer import GARunConfig, run
+    from llome_jax.runner import progress_text
 
+    objective = objective_argument(args)
     if args.seeds != 1:
         raise ValueError("--rounds runs one seed (--seed); leave --seeds at 1")
     cfg = GARunConfig(
@@ -75,17 +78,24 @@ def _run_rounds(args: argparse.Namespace, config) -> int:  # config: ga.GAConfig
         ga=config,
     )
     cfg = apply_settings(args, "ga", cfg)
-    if print_config_or_require_out(args, "ga", cfg):
+    extra = {} if objective is None else {"objective": args.objective}
+    if print_config_or_require_out(args, "ga", cfg, extra):
         return 0
     trackers = make_trackers(args)
     result = run(
-        cfg, args.out, resume=args.resume, progress=not args.no_progress, trackers=trackers
+        cfg,
+        args.out,
+        objective=objective,
+        resume=args.resume,
+        progress=not args.no_progress,
+        trackers=trackers,
     )
     if result.records:
         last = result.records[-1]
         print(
-            f"GA on {cfg.function}: round {last['round']}, {last['num_evaluations']} evaluations, "
-            f"min regret {last['min_regret']:.4f}; wrote {result.path}"
+            f"GA on {cfg.function if objective is None else objective.name}: round "
+            f"{last['round']}, {last['num_evaluations']} evaluations, {progress_text(last)}; "
+            f"wrote {result.path}"
         )
     return 0
 
@@ -103,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
     from llome_jax import ehrlich, ga
     from llome_jax.rundir import RunDirectory, atomic_write_text, plot_regret_curves
 
+    if args.objective is not None and args.rounds is None:
+        raise ValueError("--objective runs in round mode: pass --rounds")
     if args.function is None:
         args.function = "f2"
     if args.resume and args.rounds is None:

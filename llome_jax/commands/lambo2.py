@@ -8,14 +8,15 @@ from llome_jax.commands._common import (
     add_run_arguments,
     apply_settings,
     make_trackers,
+    objective_argument,
     print_config_or_require_out,
     run_overrides,
 )
 
 NAME = "lambo2"
 HELP = (
-    "Optimise an Ehrlich function with LaMBO-2 (JAX port); resumable, writes rounds.jsonl, "
-    "evaluated.csv, regret.png."
+    "Optimise an Ehrlich function (or --objective) with LaMBO-2 (JAX port); resumable, writes "
+    "rounds.jsonl, evaluated.csv, regret.png."
 )
 ORDER = 40
 
@@ -71,8 +72,12 @@ def build_config(args: argparse.Namespace):  # -> Lambo2Config
 def run(args: argparse.Namespace) -> int:
     from llome_jax.lambo2 import optimizer
 
+    objective = objective_argument(args)
     cfg = build_config(args)
-    if print_config_or_require_out(args, "lambo2", cfg, {"preset": args.preset}):
+    extra = {"preset": args.preset}
+    if objective is not None:
+        extra["objective"] = args.objective
+    if print_config_or_require_out(args, "lambo2", cfg, extra):
         return 0
     trackers = make_trackers(args)
     mesh = None
@@ -86,13 +91,17 @@ def run(args: argparse.Namespace) -> int:
         resume=args.resume,
         progress=not args.no_progress,
         mesh=mesh,
+        objective=objective,
         extra_config={"preset": args.preset},
         trackers=trackers,
     )
     final = result.state.history
     best = float(final.y.max())
+    optimum = 1.0 if objective is None else objective.optimal_value
+    regret = "" if optimum is None else f" (regret {optimum - best:.4f})"
     print(
-        f"LaMBO-2 on {cfg.function}: best value {best:.4f} (regret {1 - best:.4f}) after "
-        f"{optimizer.expected_oracle_calls(cfg)} oracle calls budgeted; wrote {result.path}"
+        f"LaMBO-2 on {cfg.function if objective is None else objective.name}: best value "
+        f"{best:.4f}{regret} after {optimizer.expected_oracle_calls(cfg)} oracle calls budgeted; "
+        f"wrote {result.path}"
     )
     return 0

@@ -8,14 +8,15 @@ from llome_jax.commands._common import (
     add_run_arguments,
     apply_settings,
     make_trackers,
+    objective_argument,
     print_config_or_require_out,
     run_overrides,
 )
 
 NAME = "llome"
 HELP = (
-    "Optimise an Ehrlich function with LLOME (bilevel LLM loop); resumable, writes rounds.jsonl, "
-    "evaluated.csv, regret.png."
+    "Optimise an Ehrlich function (or --objective) with LLOME (bilevel LLM loop); resumable, "
+    "writes rounds.jsonl, evaluated.csv, regret.png."
 )
 ORDER = 30
 
@@ -65,15 +66,19 @@ def run(args: argparse.Namespace) -> int:
 
     from llome_jax.llome.loop import run as run_llome
     from llome_jax.llome.loop import validate_config
+    from llome_jax.runner import progress_text
 
+    objective = objective_argument(args)
     cfg = build_config(args)
-    validate_config(cfg)
-    if print_config_or_require_out(args, "llome", cfg):
+    validate_config(cfg, check_function=objective is None)
+    extra = {} if objective is None else {"objective": args.objective}
+    if print_config_or_require_out(args, "llome", cfg, extra):
         return 0
     trackers = make_trackers(args)
     result = run_llome(
         cfg,
         args.out,
+        objective=objective,
         resume=args.resume,
         progress=not args.no_progress,
         trackers=trackers,
@@ -84,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
         last = json.loads(lines[-1]) if lines else None
     if last is not None:
         print(
-            f"{cfg.function}: round {last['round']}, {last['num_evaluations']} evaluations, "
-            f"min regret {last['min_regret']:.4f}"
+            f"{cfg.function if objective is None else objective.name}: round {last['round']}, "
+            f"{last['num_evaluations']} evaluations, {progress_text(last)}"
             + (f" (stopped: {result.stop_reason})" if result.stop_reason else "")
         )
     print(f"wrote {result.path}/rounds.jsonl, evaluated.csv, regret.png, config.json, checkpoints/")

@@ -20,6 +20,12 @@ round: ``θ0`` as arrays, the history in the JSON metadata). Oracle accounting a
 
 Determinism: every random draw of round ``r`` comes from ``fold_in(key(seed), r)``, so a run
 resumed from the checkpoint of round ``r`` reproduces an uninterrupted run exactly.
+
+**Objectives.** ``Lambo2(cfg, objective)`` (and :func:`run`) optimises an
+:class:`~llome_jax.objective.Objective` instead of ``cfg.function``: its checked calls label the
+GA seed data and every round's proposals; the regret fields follow its ``optimal_value`` (null
+when unknown, ``best_value`` is always recorded); ``config.json`` records ``objective`` /
+``objective_info`` instead of ``function`` / ``instance_seed``.
 """
 
 from __future__ import annotations
@@ -38,7 +44,8 @@ from llome_jax import configs
 from llome_jax.lambo2 import design as lambo_design
 from llome_jax.lambo2 import model as lambo_model
 from llome_jax.lambo2 import train as lambo_train
-from llome_jax.runner import RoundResult, RunResult
+from llome_jax.objective import Objective, as_objective, ehrlich_objective, objective_config
+from llome_jax.runner import RoundResult, RunResult, progress_text
 from llome_jax.runner import run as run_rounds
 
 __all__ = [
@@ -204,12 +211,14 @@ def lambo2_round(
 ) -> tuple[History, dict[str, Any]]:
     """Round ``round_index``: retrain from ``θ0``, choose seeds, design, label (poli-baselines).
 
+    ``fn`` is the Ehrlich instance or an :class:`~llome_jax.objective.Objective` (its checked
+    call labels the proposals).
+
     Returns ``(new history, metrics)``; ``metrics`` holds the proposals (``"x"``, ``"y"``) and
     the round's statistics (timings by phase, last-epoch losses, acquisition, acceptance).
     """
-    from llome_jax import ehrlich
-
-    mc = cfg.model_config(fn.config.num_states, fn.config.dim)
+    objective = as_objective(fn)
+    mc = cfg.model_config(objective.num_states, objective.length)
     k_fit, k_design = jax.random.split(_round_key(cfg, round_index))
     t0 = time.perf_counter()
     data = lambo_train.prepare_training_data(history.x, history.y, history.t, mc, cfg.train)
@@ -227,7 +236,7 @@ def lambo2_round(
     )
     proposals = np.asarray(proposals)
     t2 = time.perf_counter()
-    values = np.asarray(ehrlich.evaluate(fn, proposals), np.float64)
+    values = np.asarray(objective(proposals), np.float64)
     predicted = lambo_design.member_means(mc, params, stats, proposals).mean(0)
     last = losses[-1]
     ens = mc.ensemble_size
@@ -268,7 +277,9 @@ class Lambo2State:
 class Lambo2:
     """LaMBO-2 as a :class:`~llome_jax.runner.RoundOptimizer` over :class:`Lambo2State`.
 
-    Construction validates the configuration (clear errors before anything runs or is written).
+    Construction validates the configuration and ``objective`` (an
+    :class:`~llome_jax.objective.Objective` to optimise instead of ``cfg.function``: one checked
+    call on its start sequence), clear errors before anything runs or is written.
     """
 
     name = "lambo2"
@@ -276,19 +287,26 @@ class Lambo2:
     def upgrade_config(self, saved: dict[str, Any]) -> dict[str, Any]:
         return saved
 
-    def __init__(self, cfg: Lambo2Config, *, mesh: Any = None) -> None:
-        from llome_jax import ehrlich
-
+    def __init__(
+        self, cfg: Lambo2Config, objective: Objective | None = None, *, mesh: Any = None
+    ) -> None:
         self.cfg = cfg
         self.seed = cfg.seed
         self.mesh = mesh
-        self.fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
-        self.x0 = ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed)
-        self.mc = cfg.model_config(self.fn.config.num_states, self.fn.config.dim)
+        self.custom_objective = objective is not None
+        if objective is None:
+            objective = ehrlich_objective(cfg.function, cfg.instance_seed)
+        elif not isinstance(objective, Objective):
+            raise ValueError(f"objective must be a llome_jax.Objective; got {type(objective)}.")
+        elif not objective.is_ehrlich:
+            objective.validate()
+        self.objective = objective
+        self.x0 = objective.x0
+        self.mc = cfg.model_config(objective.num_states, objective.length)
         if cfg.design.num_mutations > self.mc.length:
             raise ValueError(
                 f"design.num_mutations={cfg.design.num_mutations} edit positions per step exceed "
-                f"the sequence length L={self.mc.length} of {cfg.function}."
+                f"the sequence length L={self.mc.length} of {self.problem}."
             )
         if mesh is not None and cfg.num_samples % mesh.size:
             raise ValueError(
@@ -298,17 +316,24 @@ class Lambo2:
             lambda k: lambo_model.init_params(k, self.mc), jax.random.key(0)
         )
 
+    @property
+    def problem(self) -> str:
+        """What is optimised, for titles: ``cfg.function`` or the objective's name."""
+        return self.objective.name if self.custom_objective else self.cfg.function
+
     def describe(self) -> str:
         mc = self.mc
         return (
-            f"LaMBO-2 on {self.fn.config.name}: CNN {mc.embed_dim}/{mc.channel_dim}/{mc.out_dim} "
+            f"LaMBO-2 on {self.objective.name}: CNN {mc.embed_dim}/{mc.channel_dim}/{mc.out_dim} "
             f"k{mc.kernel_size}, {lambo_model.num_parameters(self.abstract):,} trainable "
             f"parameters (+{lambo_model.pe_table_size(mc):,} in the reference's frozen sinusoid "
             f"table), {mc.ensemble_size}+{mc.ensemble_size} ensemble members"
         )
 
     def config_dict(self) -> dict[str, Any]:
-        return self.cfg.to_dict()
+        return objective_config(
+            self.cfg.to_dict(), self.objective if self.custom_objective else None
+        )
 
     def total_rounds(self) -> int:
         return self.cfg.rounds
@@ -325,7 +350,7 @@ class Lambo2:
         ga_config = ga.GAConfig(num_particles=cfg.ga_particles)
         archive = ga.run_archive(
             jax.random.fold_in(jax.random.fold_in(key, 0), 0),
-            self.fn,
+            self.objective,
             self.x0,
             cfg.ga_generations,
             ga_config,
@@ -340,6 +365,8 @@ class Lambo2:
             history.y,
             history.y,
             num_generated=self._ga_evaluations(),
+            optimal_value=self.objective.optimal_value,
+            worst_value=self.objective.worst_value,
             num_evaluations=self._ga_evaluations(),
             train_loss=float(losses[-1].mean()),
             best_value=float(np.max(history.y)),
@@ -353,7 +380,7 @@ class Lambo2:
 
         cfg, r = self.cfg, state.round + 1
         history, metrics = lambo2_round(
-            cfg, self.fn, state.theta_init, state.history, r, mesh=self.mesh
+            cfg, self.objective, state.theta_init, state.history, r, mesh=self.mesh
         )
         x, y = metrics.pop("x"), metrics.pop("y")
         record = round_metrics(
@@ -362,6 +389,8 @@ class Lambo2:
             y,
             history.y,
             num_generated=cfg.num_samples,
+            optimal_value=self.objective.optimal_value,
+            worst_value=self.objective.worst_value,
             num_evaluations=self._ga_evaluations() + r * cfg.num_samples,
             best_value=float(np.max(history.y)),
             **metrics,
@@ -393,29 +422,36 @@ class Lambo2:
 
     def round_line(self, record: Mapping[str, Any]) -> str:
         return (
-            f"round {record['round']}: min regret {record['min_regret']:.4f}, feasible "
+            f"round {record['round']}: {progress_text(record)}, feasible "
             f"{record['frac_feasible']:.2f}, unique {record['frac_unique']:.2f}, "
             f"train {record['seconds_train']:.1f}s, design {record['seconds_design']:.1f}s"
         )
 
     def plot(self, run_dir: Any) -> None:
-        cfg = self.cfg
-        run_dir.plot_regret("LaMBO-2", f"LaMBO-2 on {cfg.function} (seed {cfg.seed})", log_x=False)
+        from llome_jax.rundir import plot_options
+
+        title = f"LaMBO-2 on {self.problem} (seed {self.cfg.seed})"
+        run_dir.plot_regret("LaMBO-2", title, log_x=False, **plot_options(self.objective))
 
 
 def run(
-    cfg: Lambo2Config, out: str | pathlib.Path, *, mesh: Any = None, **options: Any
+    cfg: Lambo2Config,
+    out: str | pathlib.Path,
+    *,
+    objective: Objective | None = None,
+    mesh: Any = None,
+    **options: Any,
 ) -> RunResult[Lambo2State]:
     """Run (or resume) LaMBO-2 into the run directory ``out``: :func:`llome_jax.runner.run` (its
     ``options``: ``resume``, ``progress``, ``max_rounds_this_call``, ``log``, ``extra_config``,
-    ``trackers``) with the :class:`Lambo2` plug-in, the design population sharded over ``mesh``
-    if given.
+    ``trackers``) with the :class:`Lambo2` plug-in, on ``objective`` if given (else
+    ``cfg.function``), the design population sharded over ``mesh`` if given.
 
     Raises:
-      ValueError: unknown function, bad configuration, or a resume whose configuration differs
-        (except ``rounds``); nothing is written then.
+      ValueError: unknown function, a malformed objective, bad configuration, or a resume whose
+        configuration differs (except ``rounds``); nothing is written then.
     """
-    optimizer = Lambo2(cfg, mesh=mesh)
+    optimizer = Lambo2(cfg, objective, mesh=mesh)
     if options.get("progress", True):
         options.get("log", print)(optimizer.describe())
     return run_rounds(optimizer, out, **options)

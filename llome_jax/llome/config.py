@@ -472,11 +472,13 @@ def check_weights_dir(path: str) -> pathlib.Path:
     return directory
 
 
-def validate_config(cfg: LoopConfig) -> None:
-    """Eager checks of everything that can be wrong in user input (before any work or writes)."""
+def validate_config(cfg: LoopConfig, *, check_function: bool = True) -> None:
+    """Eager checks of everything that can be wrong in user input (before any work or writes);
+    ``check_function=False`` when an objective replaces ``cfg.function``."""
     from llome_jax import ehrlich
 
-    ehrlich.resolve_function(cfg.function, cfg.instance_seed)
+    if check_function:
+        ehrlich.resolve_function(cfg.function, cfg.instance_seed)
     if cfg.weights is not None:
         check_weights_dir(cfg.weights)
     else:

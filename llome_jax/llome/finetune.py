@@ -146,7 +146,7 @@ def training_data(
     propen = dataclasses.replace(
         cfg.propen, symmetric=cfg.propen.symmetric and loss_spec(loss).data == "pairs"
     )
-    knn = {"num_states": rt.fn.config.num_states}
+    knn = {"num_states": rt.objective.num_states}
     if loss_spec(loss).data == "triples":
         triples = preference_triples(k_pairs, x, v, propen, **knn)
         n_candidates = len(triples)

@@ -15,6 +15,14 @@ solutions produced by the GA pre-solver"): ``num_evaluations = n0 * n_GA + sum_i
 ``evaluated.csv`` holds the GA's *distinct* sequences (round 0) and every sequence labelled by a
 round. Feasibility checks of candidates inside refinement/Filter (``ehrlich.is_feasible``, the
 constraint check, not the objective) are not counted as oracle calls.
+
+**Objectives.** ``Llome(cfg, objective=...)`` (and :func:`run`) optimises an
+:class:`~llome_jax.objective.Objective` instead of ``cfg.function``: its checked calls label the
+GA seed data and each round's ``j`` sequences, its ``is_feasible`` (or "everything is feasible"
+without one) serves the constraint checks of refinement, the Filter and the checkpoint gate, and
+its ``optimal_value`` the regret fields and the early stop (none when unknown). The edit-reward
+diagnostic (``mean_reward``) calls no objective other than an Ehrlich function: it then covers the
+edits whose input was labelled before.
 """
 
 from __future__ import annotations
@@ -48,7 +56,9 @@ from llome_jax.llome.state import (
     init_state,
     restore_checkpoint,
     save_checkpoint,
+    stop_message,
 )
+from llome_jax.objective import Objective, objective_config
 from llome_jax.runner import RoundResult, RunResult
 from llome_jax.runner import run as run_rounds
 
@@ -84,20 +94,40 @@ def _fmt(value: Any, spec: str) -> str:
 class Llome:
     """LLOME as a :class:`~llome_jax.runner.RoundOptimizer` over :class:`LoopState`.
 
-    Construction validates ``cfg`` (clear errors before anything runs) and builds the runtime
-    unless one is given.
+    Construction validates ``cfg`` and ``objective`` (an :class:`~llome_jax.objective.Objective`
+    to optimise instead of ``cfg.function``: one checked call on its start sequence), clear errors
+    before anything runs, then builds the runtime unless one is given (a given runtime carries its
+    own objective; ``objective`` must then be that one or ``None``).
     """
 
     name = "llome"
 
-    def __init__(self, cfg: LoopConfig, runtime: Runtime | None = None) -> None:
-        validate_config(cfg)
+    def __init__(
+        self, cfg: LoopConfig, runtime: Runtime | None = None, objective: Objective | None = None
+    ) -> None:
+        if objective is not None and not isinstance(objective, Objective):
+            raise ValueError(f"objective must be a llome_jax.Objective; got {type(objective)}.")
+        if runtime is not None and objective is not None and runtime.objective is not objective:
+            raise ValueError("the runtime was built for another objective: pass one of the two.")
+        validate_config(cfg, check_function=objective is None and runtime is None)
+        if objective is not None and not objective.is_ehrlich:
+            objective.validate()
         self.cfg = cfg
         self.seed = cfg.seed
-        self.runtime = Runtime.build(cfg) if runtime is None else runtime
+        self.runtime = Runtime.build(cfg, objective) if runtime is None else runtime
+
+    @property
+    def objective(self) -> Objective:
+        return self.runtime.objective
+
+    @property
+    def problem(self) -> str:
+        """What is optimised, for titles: ``cfg.function`` or the objective's name."""
+        return self.objective.name if self.runtime.custom_objective else self.cfg.function
 
     def config_dict(self) -> dict[str, Any]:
-        return self.cfg.to_dict()
+        custom = self.objective if self.runtime.custom_objective else None
+        return objective_config(self.cfg.to_dict(), custom)
 
     def upgrade_config(self, saved: dict[str, Any]) -> dict[str, Any]:
         return upgrade_saved_config(saved)
@@ -116,6 +146,8 @@ class Llome:
             v,
             v,
             num_generated=int(state.num_evaluations),
+            optimal_value=self.objective.optimal_value,
+            worst_value=self.objective.worst_value,
             num_evaluations=int(state.num_evaluations),
             loss="ga",
             best_value=float(np.max(v)) if v.size else float("nan"),
@@ -135,7 +167,7 @@ class Llome:
         return state.round_index
 
     def stop_reason(self, state: LoopState) -> str:
-        return STOP_REASONS.get(int(state.stop_code), "")
+        return stop_message(int(state.stop_code), self.objective.optimal_value)
 
     def save(self, manager: Any, state: LoopState) -> None:
         save_checkpoint(manager, state)
@@ -149,9 +181,14 @@ class Llome:
     def round_line(self, m: Mapping[str, Any]) -> str:
         """One human-readable summary line of a round record."""
         return (
-            f"round {m['round']} [{m['loss']}]: {m['num_evaluations']} evaluations, min regret "
-            f"{_fmt(m['min_regret'], '.4f')}, mean regret {_fmt(m['mean_regret'], '.4f')}, "
-            f"generated {m['num_generated']}, unique valid {m.get('num_unique')} "
+            f"round {m['round']} [{m['loss']}]: {m['num_evaluations']} evaluations, "
+            + (
+                f"min regret {_fmt(m['min_regret'], '.4f')}, mean regret "
+                f"{_fmt(m['mean_regret'], '.4f')}, "
+                if m["min_regret"] is not None
+                else f"best value {_fmt(m.get('best_value'), '.6g')}, "
+            )
+            + f"generated {m['num_generated']}, unique valid {m.get('num_unique')} "
             f"(novel {m.get('num_novel')}), feasible {_fmt(m['frac_feasible'], '.2f')}, "
             f"hamming {_fmt(m['mean_hamming'], '.3f')}, train loss "
             f"{_fmt(m['train_loss'], '.4f')}, T+{_fmt(m['temperature_offset'], '.1f')}, "
@@ -159,23 +196,31 @@ class Llome:
         )
 
     def plot(self, run_dir: Any) -> None:
+        from llome_jax.rundir import plot_options
+
         cfg = self.cfg
         name = "LLOME-" + "/".join(
             dict.fromkeys(n.upper() if n != "marge" else "MargE" for n, _ in cfg.schedule)
         )
-        run_dir.plot_regret(name, f"LLOME on {cfg.function} (seed {cfg.seed})", log_x=False)
+        title = f"LLOME on {self.problem} (seed {cfg.seed})"
+        run_dir.plot_regret(name, title, log_x=False, **plot_options(self.objective))
 
 
 def run(
-    cfg: LoopConfig, out: str | pathlib.Path, *, runtime: Runtime | None = None, **options: Any
+    cfg: LoopConfig,
+    out: str | pathlib.Path,
+    *,
+    runtime: Runtime | None = None,
+    objective: Objective | None = None,
+    **options: Any,
 ) -> RunResult[LoopState]:
     """Run (or resume) LLOME into the run directory ``out``: :func:`llome_jax.runner.run` (its
     ``options``: ``resume``, ``progress``, ``max_rounds_this_call``, ``log``, ``extra_config``,
     ``trackers``) with the :class:`Llome` plug-in, on ``runtime`` if given (else one built for
-    ``cfg``).
+    ``cfg``), on ``objective`` if given (else ``cfg.function``).
 
     Raises:
-      ValueError / FileNotFoundError: bad configuration, or ``resume`` on a directory holding a
-        different configuration; nothing is written then.
+      ValueError / FileNotFoundError: bad configuration or objective, or ``resume`` on a
+        directory holding a different configuration; nothing is written then.
     """
-    return run_rounds(Llome(cfg, runtime), out, **options)
+    return run_rounds(Llome(cfg, runtime, objective), out, **options)

@@ -36,8 +36,9 @@ Paper vs authors' code (docs/design/refinement.md):
   temperatures ascending as given; within a job by seed, iteration, sample) and the first
   occurrence of each sequence is kept. Seeds themselves are not part of the output.
 
-No oracle is called: feasibility (``ehrlich.is_feasible``, the DMP constraint check) is reported;
-values are computed by the loop after the Filter.
+No oracle is called: feasibility (``ehrlich.is_feasible``, the DMP constraint check; for an
+:class:`~llome_jax.objective.Objective` its ``is_feasible``, every sequence without one) is
+reported; values are computed by the loop after the Filter.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ import numpy as np
 from llome_jax import ehrlich
 from llome_jax.llome.data import first_occurrences
 from llome_jax.llome.seeds import next_refinement_inputs
+from llome_jax.objective import Objective
+from llome_jax.objective import feasible as objective_feasible
 
 __all__ = ["RefineConfig", "Refinement", "iterative_refinement"]
 
@@ -140,7 +143,8 @@ class Refinement:
       iteration: int32 ``[M]`` 1-based refinement iteration.
       temperature: float32 ``[M]`` sampling temperature, ``0`` for greedy.
       seed_index: int32 ``[M]`` row of ``seeds`` that started the trajectory.
-      feasible: bool ``[M]`` ``ehrlich.is_feasible`` (constraint check, not an oracle call).
+      feasible: bool ``[M]`` ``ehrlich.is_feasible`` / ``Objective.feasible`` (constraint check,
+        not an oracle call).
       num_generated: all outputs, invalid included (``n_s n_i (g + |T| n_o)``).
       num_valid: valid outputs before deduplication.
       mean_hamming: mean fractional Hamming distance output vs. input over the valid outputs
@@ -191,19 +195,21 @@ def _chunking(rows: int, batch_size: int, devices: int) -> tuple[int, int]:
 def _validate(codec: Any, fn: Any, seeds: Any, temperatures: Any, config: Any) -> tuple:
     if not isinstance(config, RefineConfig):
         raise ValueError(f"config must be a RefineConfig; got {type(config).__name__}.")
-    cfg = fn.config
-    if (codec.length, codec.num_states) != (cfg.dim, cfg.num_states):
+    from llome_jax.objective import problem_shape
+
+    num_states, length, name = problem_shape(fn)
+    if (codec.length, codec.num_states) != (length, num_states):
         raise ValueError(
-            f"codec is for L={codec.length}, v={codec.num_states} but the function {cfg.name} "
-            f"has L={cfg.dim}, v={cfg.num_states}."
+            f"codec is for L={codec.length}, v={codec.num_states} but the function {name} "
+            f"has L={length}, v={num_states}."
         )
     x = np.asarray(seeds)
-    if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] != cfg.dim:
-        raise ValueError(f"seeds must be a non-empty int array [n_s, {cfg.dim}]; got {x.shape}.")
+    if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] != length:
+        raise ValueError(f"seeds must be a non-empty int array [n_s, {length}]; got {x.shape}.")
     if not np.issubdtype(x.dtype, np.integer):
         raise ValueError(f"seeds must hold integer states; got dtype {x.dtype}.")
-    if x.min() < 0 or x.max() >= cfg.num_states:
-        raise ValueError(f"seed states must lie in [0, {cfg.num_states}).")
+    if x.min() < 0 or x.max() >= num_states:
+        raise ValueError(f"seed states must lie in [0, {num_states}).")
     temps = tuple(float(t) for t in np.atleast_1d(np.asarray(temperatures, np.float64)))
     if any(not (math.isfinite(t) and t > 0) for t in temps):
         raise ValueError(f"temperatures must be finite and > 0; got {temps}.")
@@ -216,7 +222,7 @@ def iterative_refinement(
     key: jax.Array,
     model: Any,
     codec: Any,
-    fn: ehrlich.Ehrlich,
+    fn: ehrlich.Ehrlich | Objective,
     seeds: Any,
     temperatures: Sequence[float],
     config: RefineConfig = RefineConfig(),
@@ -231,7 +237,8 @@ def iterative_refinement(
         ``config.batch_size``, which fixes the chunking).
       model: a :class:`llome_jax.lm.pythia.Pythia` (KV-cache decoding).
       codec: :class:`llome_jax.lm.tokenizer.SequenceCodec` for ``fn``'s ``v`` and ``L``.
-      fn: the Ehrlich instance (only its constraint check is used).
+      fn: the Ehrlich instance or an :class:`~llome_jax.objective.Objective` (only its constraint
+        check is used; an objective without ``is_feasible`` counts every sequence feasible).
       seeds: int ``[n_s, L]`` seed sequences (e.g. from ``select_seeds``).
       temperatures: the grid ``T`` (all ``> 0``), e.g. ``schedule.temperatures(...)``.
       config: :class:`RefineConfig`.
@@ -361,11 +368,7 @@ def iterative_refinement(
     hamming = float(np.mean(seq[v] != inp[v], dtype=np.float64)) if v.size else float("nan")
     keep_rows = v[first_occurrences(seq[v])]
     out_seq = seq[keep_rows].astype(np.int32)
-    feasible = (
-        np.asarray(ehrlich.is_feasible(fn, out_seq)).astype(bool)
-        if keep_rows.size
-        else np.zeros(0, bool)
-    )
+    feasible = objective_feasible(fn, out_seq) if keep_rows.size else np.zeros(0, bool)
     return Refinement(
         sequences=out_seq,
         inputs=inp[keep_rows].astype(np.int32),

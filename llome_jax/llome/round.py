@@ -27,7 +27,7 @@ import numpy as np
 from llome_jax.llome import finetune
 from llome_jax.llome.config import LoopConfig
 from llome_jax.llome.runtime import Runtime, model_with
-from llome_jax.llome.state import STOP_REASONS, LoopState
+from llome_jax.llome.state import STOP_REASONS, LoopState, found_optimum, stop_message
 from llome_jax.runner import progress_bar
 
 __all__ = ["llome_round"]
@@ -44,13 +44,11 @@ def llome_round(
       ``time_*`` seconds and ``stop_reason``. If ``S_i`` yields no training pairs, the state is
       returned unchanged except ``stop_code = 3`` and ``metrics["round"]`` is ``None``.
     """
-    from llome_jax import ehrlich
     from llome_jax.llome.data import rows_in
     from llome_jax.llome.filter import filter_candidates
     from llome_jax.llome.refine import iterative_refinement
     from llome_jax.llome.seeds import select_seeds, select_seeds_reference
     from llome_jax.llome.temperature import TemperatureSchedule, temperature_offset, temperatures
-    from llome_jax.losses import margin_reward
     from llome_jax.rundir import round_metrics
 
     r = state.round_index + 1
@@ -108,7 +106,7 @@ def llome_round(
             k_refine,
             policy,
             rt.codec,
-            rt.fn,
+            rt.fn,  # its constraint check only
             seeds,
             temps,
             cfg.refine,
@@ -139,17 +137,17 @@ def llome_round(
     )
 
     t = time.perf_counter()
+    objective = rt.objective
     new_x = candidates[chosen.indices].astype(np.int32)
     if new_x.shape[0]:
-        new_v = np.asarray(ehrlich.evaluate(rt.fn, new_x), np.float32)
+        new_v = objective(new_x)  # the round's oracle calls (checked: float32 [j])
     else:
         new_v = np.zeros((0,), np.float32)
     times["time_oracle"] = time.perf_counter() - t
 
     # Diagnostic only (not oracle budget, never fed back): reward of each labelled edit.
     inputs = np.asarray(refined.inputs)[chosen.indices]
-    input_v = np.asarray(ehrlich.evaluate(rt.fn, inputs), np.float32) if len(inputs) else new_v
-    rewards = np.asarray(margin_reward(input_v, new_v)) if len(new_v) else np.zeros(0)
+    rewards = _edit_rewards(objective, inputs, new_v, state)
 
     archive_x = np.concatenate([np.asarray(state.archive_sequences), new_x])
     archive_v = np.concatenate([np.asarray(state.archive_values), new_v])
@@ -158,7 +156,7 @@ def llome_round(
     )
     num_evaluations = int(state.num_evaluations) + int(new_v.size)
     stop = 0
-    if archive_v.size and float(np.max(archive_v)) >= 1.0:
+    if found_optimum(archive_v, objective.optimal_value):
         stop = 1
     elif num_unique < cfg.min_candidates or new_v.size == 0:
         stop = 2
@@ -184,6 +182,8 @@ def llome_round(
         new_v,
         archive_v,
         num_generated=num_generated,
+        optimal_value=objective.optimal_value,
+        worst_value=objective.worst_value,
         num_evaluations=num_evaluations,
         frac_unique=num_unique / num_generated if num_generated else float("nan"),
         mean_hamming=mean_hamming,
@@ -205,7 +205,32 @@ def llome_round(
         if num_unique
         else float("nan"),
         best_value=float(np.max(archive_v)) if archive_v.size else float("nan"),
-        stop_reason=STOP_REASONS[stop],
+        stop_reason=stop_message(stop, objective.optimal_value),
         **times,
     )
     return new_state, metrics
+
+
+def _edit_rewards(objective: Any, inputs: np.ndarray, new_v: np.ndarray, state: LoopState):
+    """Margin rewards ``max(f(y) - f(x), 0)`` of the labelled edits ``x -> y`` (a diagnostic).
+
+    For an Ehrlich function ``f(x)`` of every input is evaluated (cheap, not counted as oracle
+    budget, as before objectives existed). For another objective no extra call is made: only the
+    edits whose input was labelled before (GA data, earlier rounds; the seeds of the round) count,
+    with that label. float32 ``[m]`` (possibly empty).
+    """
+    from llome_jax.losses import margin_reward
+
+    if not len(new_v):
+        return np.zeros(0)
+    if objective.is_ehrlich:
+        return np.asarray(margin_reward(objective(inputs), new_v))
+    from llome_jax.llome.data import rows_in
+
+    archive_x = np.asarray(state.archive_sequences)
+    known = rows_in(inputs, archive_x)
+    if not known.any():
+        return np.zeros(0)
+    lookup = {row.tobytes(): value for row, value in zip(archive_x, state.archive_values)}
+    input_v = np.asarray([lookup[row.tobytes()] for row in inputs[known]], np.float32)
+    return np.asarray(margin_reward(input_v, new_v[known]))

@@ -1,7 +1,8 @@
 """What a LLOME run needs besides its configuration and state: the explicit runtime.
 
-:class:`Runtime` holds the objective (the Ehrlich function and its start sequence), the sequence
-codec, the model (an NNX module whose graph every round uses; parameters always come from the
+:class:`Runtime` holds the objective (an :class:`~llome_jax.objective.Objective`: the Ehrlich
+function of ``cfg.function`` with its start sequence, or one of your own), the sequence codec,
+the model (an NNX module whose graph every round uses; parameters always come from the
 :class:`~llome_jax.llome.state.LoopState`) and the device mesh. The driver builds it once per run
 with :meth:`Runtime.build` and passes it to every phase; nothing is cached at module level.
 
@@ -35,32 +36,47 @@ class Runtime:
     """The objective, codec, model and mesh of one run (built once by the driver).
 
     Attributes:
-      fn: the Ehrlich function (``ehrlich.resolve_function``).
-      x0: its start sequence (``ehrlich.resolve_initial_solution``), the GA's initial particle.
+      objective: the :class:`~llome_jax.objective.Objective` (labels, constraint checks, the
+        start sequence ``objective.x0``, the GA's initial particle).
       codec: ``lm.tokenizer.SequenceCodec`` between sequences and token ids.
       model: the NNX policy model (graph structure + initial parameters).
       mesh: the data-parallel mesh, or ``None`` (one device).
+      custom_objective: whether ``objective`` was given instead of resolved from ``cfg.function``.
     """
 
-    fn: Any
-    x0: Any
+    objective: Any
     codec: Any
     model: Any
     mesh: Any
+    custom_objective: bool = False
     _compiled: dict[Hashable, Any] = dataclasses.field(default_factory=dict, repr=False)
 
+    @property
+    def fn(self) -> Any:
+        """The Ehrlich instance behind the objective, or the objective itself when there is none
+        (what the phases' ``fn`` arguments accept)."""
+        return self.objective.ehrlich if self.objective.is_ehrlich else self.objective
+
+    @property
+    def x0(self) -> Any:
+        """The GA's start sequence: int32 ``[L]``."""
+        return self.objective.x0
+
     @classmethod
-    def build(cls, cfg: LoopConfig) -> Runtime:
-        """The runtime of ``cfg``: resolves the function, builds the tokenizer and the model
+    def build(cls, cfg: LoopConfig, objective: Any = None) -> Runtime:
+        """The runtime of ``cfg``: resolves the function (unless ``objective``, an
+        :class:`~llome_jax.objective.Objective`, is given), builds the tokenizer and the model
         (from ``cfg.weights``, or from scratch with a seed derived from ``cfg.seed``)."""
         from flax import nnx
 
-        from llome_jax import ehrlich, parallel
+        from llome_jax import parallel
         from llome_jax.lm.tokenizer import SequenceCodec, load_tokenizer, make_ehrlich_tokenizer
+        from llome_jax.objective import ehrlich_objective
 
-        fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
-        x0 = ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed)
-        num_states, length = fn.config.num_states, fn.config.dim
+        custom = objective is not None
+        if objective is None:
+            objective = ehrlich_objective(cfg.function, cfg.instance_seed)
+        num_states, length = objective.num_states, objective.length
         if cfg.weights is not None:
             from llome_jax.lm.pythia import from_pretrained
 
@@ -80,7 +96,13 @@ class Runtime:
             model = Pythia(config, rngs=nnx.Rngs(init_seed))
         codec = SequenceCodec(tokenizer, num_states, length, separators=cfg.text_format == "list")
         mesh = parallel.make_mesh() if cfg.data_parallel and jax.device_count() > 1 else None
-        return cls(fn=fn, x0=x0, codec=codec, model=model, mesh=mesh)
+        return cls(
+            objective=objective,
+            codec=codec,
+            model=model,
+            mesh=mesh,
+            custom_objective=custom,
+        )
 
     def compiled(self, key: Hashable, build: Callable[[], Any]) -> Any:
         """``build()`` once per ``key`` for the life of this runtime (jitted steps, models in

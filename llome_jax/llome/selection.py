@@ -278,7 +278,8 @@ def greedy_gate(
     Args:
       model: a :class:`llome_jax.lm.pythia.Pythia` carrying the candidate's parameters.
       codec: the run's :class:`llome_jax.lm.tokenizer.SequenceCodec`.
-      fn: the Ehrlich function (its constraint check ``ehrlich.is_feasible``; no oracle call).
+      fn: the Ehrlich function (its constraint check ``ehrlich.is_feasible``; no oracle call) or
+        an :class:`~llome_jax.objective.Objective` (its ``is_feasible``; all feasible without one).
       prompts: int ``[n_g, L]`` validation inputs ``x``.
       batch_size: at most this many rows per ``generate`` call (chunks as in refinement).
       mesh: optional data-parallel mesh.
@@ -286,9 +287,9 @@ def greedy_gate(
     Returns:
       :class:`GateResult` of the ``n_g`` outputs.
     """
-    from llome_jax import ehrlich
     from llome_jax.llome.refine import _chunking, _mesh_size
     from llome_jax.lm.sample import SampleConfig, generate
+    from llome_jax.objective import feasible as objective_feasible
 
     x = np.asarray(prompts, np.int32)
     if x.ndim != 2 or x.shape[0] < 1:
@@ -321,5 +322,5 @@ def greedy_gate(
     ]
     tokens = np.concatenate([np.asarray(o.tokens) for o in outs])[:n]
     sequences, valid = codec.decode(tokens)
-    feasible = np.asarray(ehrlich.is_feasible(fn, sequences)).astype(bool)
+    feasible = objective_feasible(fn, sequences)
     return gate_result(valid, feasible)

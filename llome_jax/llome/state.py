@@ -24,18 +24,34 @@ __all__ = [
     "STOP_REASONS",
     "LoopState",
     "abstract_state",
+    "found_optimum",
     "init_state",
     "restore_checkpoint",
     "save_checkpoint",
+    "stop_message",
 ]
 
-#: ``LoopState.stop_code`` -> message.
+#: ``LoopState.stop_code`` -> message (code 1 for an Ehrlich function; :func:`stop_message`).
 STOP_REASONS: dict[int, str] = {
     0: "",
     1: "the optimum (f = 1) was found",
     2: "too few unique valid candidates were generated to continue",
     3: "the labelled set yields no training pairs",
 }
+
+
+def stop_message(code: int, optimal_value: float | None = 1.0) -> str:
+    """``STOP_REASONS[code]``, with the objective's optimum ``f*`` in code 1's message."""
+    if code == 1 and optimal_value is not None:
+        return f"the optimum (f = {optimal_value:g}) was found"
+    return STOP_REASONS.get(int(code), "")
+
+
+def found_optimum(values: Any, optimal_value: float | None) -> bool:
+    """Whether ``max(values) >= f*`` (never when ``f*`` is unknown or ``values`` is empty)."""
+    values = np.asarray(values)
+    return optimal_value is not None and values.size > 0 and float(values.max()) >= optimal_value
+
 
 # --------------------------------------------------------------------------------------------
 # State
@@ -108,7 +124,7 @@ class LoopState:
 # Initial state (round 0: GA seed data, initial model)
 # --------------------------------------------------------------------------------------------
 def init_state(key: jax.Array, rt: Runtime, cfg: LoopConfig) -> LoopState:
-    """Round 0: ``n0`` GA generations from the function's start sequence and the initial model.
+    """Round 0: ``n0`` GA generations from the objective's start sequence and the initial model.
 
     ``key`` is the run key, ``jax.random.key(cfg.seed)``: the GA and the rounds use keys derived
     from it (``runtime.named_key``); the model was initialised by ``Runtime.build``.
@@ -118,7 +134,7 @@ def init_state(key: jax.Array, rt: Runtime, cfg: LoopConfig) -> LoopState:
 
     archive = ga.run_archive(
         named_key(key, "ga"),
-        rt.fn,
+        rt.objective,
         rt.x0,
         cfg.ga_generations,
         cfg.ga,
@@ -135,7 +151,9 @@ def init_state(key: jax.Array, rt: Runtime, cfg: LoopConfig) -> LoopState:
         num_evaluations=jnp.asarray(cfg.ga_generations * cfg.ga.num_particles, jnp.int32),
         mean_hamming=jnp.asarray(np.nan, jnp.float32),
         temperature_offset=jnp.zeros((), jnp.float32),
-        stop_code=jnp.asarray(1 if values.size and values.max() >= 1.0 else 0, jnp.int32),
+        stop_code=jnp.asarray(
+            1 if found_optimum(values, rt.objective.optimal_value) else 0, jnp.int32
+        ),
         archive_sequences=sequences.astype(np.int32),
         archive_values=values.astype(np.float32),
         archive_rounds=np.zeros(values.shape, np.int32),
