@@ -1,1 +1,3 @@
-"""Facades with the interfaces of the reference libraries (holo-bench, poli) for people switching."""
+"""Facades with the interfaces of the reference libraries for people switching: ``holo``
+(holo-bench's ``Ehrlich`` test function) and ``poli`` (poli's black boxes, both ways).
+"""
