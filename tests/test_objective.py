@@ -395,11 +395,18 @@ def test_cli_refuses_a_bad_objective_before_writing(
     assert not out.exists()
 
 
-def test_cli_objective_and_function_are_mutually_exclusive(capsys) -> None:
+def test_cli_objective_and_function_are_mutually_exclusive(objectives_file, tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["ga", "--objective", "a:b", "--function", "f2", "--rounds", "1"])
     assert info.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+    spec, out = f"{objectives_file}:onemax", str(tmp_path / "out")
+    assert cli.main(["ga", "--objective", spec, "--out", out]) == 2  # many-seeds mode
+    assert "--objective runs in round mode: pass --rounds" in capsys.readouterr().err
+    argv = ["llome", "--objective", spec, "--instance-seed", "1", "--out", out]
+    assert cli.main(argv) == 2
+    assert "--instance-seed" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_cli_objective_failing_mid_run_then_resume(
