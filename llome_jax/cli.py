@@ -47,7 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, --version, or a usage error (message already printed)
+        return int(exit_.code or 0)
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return 0

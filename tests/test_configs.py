@@ -205,3 +205,19 @@ def test_cli_config_from_another_optimizer_is_refused(tmp_path, capsys):
     path.write_text(json.dumps({"optimizer": "lambo2", "num_samples": 8}))
     assert cli.main(["llome", "--config", str(path), "--print-config"]) == 2
     assert "holds a 'lambo2' configuration" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["llome", "--preset", "gpu"], "invalid choice: 'gpu'"),
+        (["lambo2", "--preset", "laptop"], "invalid choice: 'laptop'"),
+        (
+            ["llome", "--loss", "ppo"],
+            "invalid choice: 'ppo' (choose from dpo, marge, reinforce, sft)",
+        ),
+    ],
+)
+def test_cli_presets_and_losses_are_choices(capsys, argv, message):
+    assert cli.main([*argv, "--print-config"]) == 2
+    assert message in capsys.readouterr().err

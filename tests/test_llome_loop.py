@@ -362,9 +362,9 @@ def test_schedule_parsing() -> None:
     "args, message",
     [
         (["--function", "f9"], "unknown function"),
-        (["--loss", "ppo"], "unknown loss"),
+        (["--loss", "ppo"], "invalid choice: 'ppo'"),
         (["--schedule", "sft:1,ppo:2"], "unknown loss"),
-        (["--preset", "gpu"], "unknown preset"),
+        (["--preset", "gpu"], "invalid choice: 'gpu'"),
         (["--preset", "paper"], "--weights"),
         (["--rounds", "0"], "--rounds"),
     ],

@@ -66,6 +66,7 @@ def add_run_arguments(
         parser.add_argument(
             "--preset",
             default="cpu",
+            choices=list(presets),
             help=f"{' | '.join(presets)} (default cpu: {preset_help})",
         )
     parser.add_argument(

@@ -21,6 +21,19 @@ HELP = (
 ORDER = 30
 
 
+def _loss_name(text: str) -> str:
+    """``--loss``: a registered loss (``losses.LOSS_SPECS``, read only when parsing, so that
+    ``--help`` does not import JAX)."""
+    from llome_jax.losses import LOSS_SPECS
+
+    name = text.strip().lower()
+    if name not in LOSS_SPECS:
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {text!r} (choose from {', '.join(sorted(LOSS_SPECS))})"
+        )
+    return name
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(
         parser, what="LLOME", presets=("smoke", "cpu", "paper"), preset_help="small model, 2 cores"
@@ -28,7 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--loss",
         default="marge",
-        help="sft | marge | dpo | reinforce: SFT for round 1, then this loss (default marge)",
+        type=_loss_name,
+        help="a registered loss (built in: sft, marge, dpo, reinforce): SFT for round 1, then "
+        "this loss (default marge)",
     )
     parser.add_argument(
         "--schedule",
