@@ -17,7 +17,8 @@ CLI passes ``function``, ``schedule``, ``rounds``, ``seed``, ``weights`` and its
   Training and generation sizes are reduced for 2 CPU cores and the learning rate is a
   from-scratch one (the paper's 1e-6 is for a pretrained 2.8B model); 4 epochs per round (median
   min regret 0.72 vs 0.81 with 2 epochs over 3 seeds of a training instance); the compact text
-  format ``[3 1 5]`` (same median, 0.72, in a third of the time); docs/experiments.md records how
+  format ``[3 1 5]`` (same median over five paired runs on two training instances, in a third
+  of the time); docs/experiments.md records how
   they were chosen (on training functions, never on f2).
 * ``paper``: Pythia-2.8B from ``--weights DIR`` (its own tokenizer), the paper's
   hyper-parameters (appendix "LLM Training Details", bold values, and the algorithm captions):
