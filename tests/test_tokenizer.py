@@ -261,6 +261,20 @@ def test_codec_counts_every_invalid_class(fast):
     assert errors[list(cases).index("out_of_range_state")].startswith(tk.INVALID_RANGE)
 
 
+def _mutate_rows(rng: np.random.Generator, gen: np.ndarray, vocab_size: int) -> None:
+    """1-2 random substitutions, insertions or deletions in every row but row 0 (in place)."""
+    for i in range(1, gen.shape[0]):  # row 0 stays valid
+        for _ in range(rng.integers(1, 3)):
+            j = rng.integers(0, gen.shape[1])
+            op = rng.integers(0, 3)
+            if op == 0:
+                gen[i, j] = rng.integers(0, vocab_size)
+            elif op == 1:
+                gen[i] = np.insert(gen[i], j, rng.integers(0, vocab_size))[: gen.shape[1]]
+            else:
+                gen[i] = np.append(np.delete(gen[i], j), 0)
+
+
 def test_codec_fast_equals_text_path_on_noisy_outputs(tok):
     """Mutated valid outputs (wrong tokens, insertions, deletions): both paths agree row by row."""
     fast, text = SequenceCodec(tok, V, L), SequenceCodec(tok, V, L, fast=False)
@@ -268,16 +282,7 @@ def test_codec_fast_equals_text_path_on_noisy_outputs(tok):
     base, _, _ = fast.encode_pairs(rng.integers(0, V, (400, L)), rng.integers(0, V, (400, L)))
     gen = base[:, 2 * L + 3 :]
     gen = np.concatenate([gen, rng.integers(0, len(tok), (400, 4))], axis=1)
-    for i in range(1, 400):  # row 0 stays valid
-        for _ in range(rng.integers(1, 3)):
-            j = rng.integers(0, gen.shape[1])
-            op = rng.integers(0, 3)
-            if op == 0:
-                gen[i, j] = rng.integers(0, len(tok))
-            elif op == 1:
-                gen[i] = np.insert(gen[i], j, rng.integers(0, len(tok)))[: gen.shape[1]]
-            else:
-                gen[i] = np.append(np.delete(gen[i], j), 0)
+    _mutate_rows(rng, gen, len(tok))
     s1, v1 = fast.decode(gen)
     s2, v2 = text.decode(gen)
     assert np.array_equal(v1, v2) and np.array_equal(s1, s2)
@@ -383,16 +388,7 @@ def test_compact_decode_equals_the_rule_and_the_text_path_on_noisy_outputs(tok):
     rng = np.random.default_rng(3)
     base, _, _ = codec.encode_pairs(rng.integers(0, V, (400, L)), rng.integers(0, V, (400, L)))
     gen = np.concatenate([base[:, L + 4 :], rng.integers(0, len(tok), (400, 4))], axis=1)
-    for i in range(1, 400):
-        for _ in range(rng.integers(1, 3)):
-            j = rng.integers(0, gen.shape[1])
-            op = rng.integers(0, 3)
-            if op == 0:
-                gen[i, j] = rng.integers(0, len(tok))
-            elif op == 1:
-                gen[i] = np.insert(gen[i], j, rng.integers(0, len(tok)))[: gen.shape[1]]
-            else:
-                gen[i] = np.append(np.delete(gen[i], j), 0)
+    _mutate_rows(rng, gen, len(tok))
     seqs, valid = codec.decode(gen)
     expected = [_reference_compact_decode(r.tolist(), lb, rb, nl, state_of) for r in gen]
     assert valid.tolist() == [e is not None for e in expected]

@@ -365,7 +365,8 @@ class SequenceCodec:
                 table[i] = int(word)
         self._id_to_state = table
         probe = (np.arange(self.length) * 7 + 3) % self.num_states
-        fast_ids = _with_separators(self, self._fast_prompt_ids(probe[None]))[0]
+        # the text path writes the list format, so the probe compares list-format ids
+        fast_ids = self._fast_prompt_ids(probe[None], separators=True)[0]
         text_ids = np.asarray(self._encode_text([format_prompt(probe)])[0])
         return bool(np.array_equal(fast_ids, text_ids))
 
@@ -389,10 +390,11 @@ class SequenceCodec:
         """Tokens of ``[ x0 , ... ]``: ``2L + 1``, or ``L + 2`` in the compact format."""
         return 2 * self.length + 1 if self.separators else self.length + 2
 
-    def _fast_list_ids(self, x: np.ndarray) -> np.ndarray:
-        """``[ x0 , x1 , ... ]`` as ids ``[B, 2L + 1]`` (compact: ``[ x0 x1 ... ]``, ``[B, L + 2]``)."""
+    def _fast_list_ids(self, x: np.ndarray, separators: bool | None = None) -> np.ndarray:
+        """``[ x0 , x1 , ... ]`` as ids ``[B, 2L + 1]`` (compact: ``[ x0 x1 ... ]``, ``[B, L + 2]``;
+        ``separators`` overrides the codec's format)."""
         b, n = x.shape
-        if not self.separators:
+        if not (self.separators if separators is None else separators):
             out = np.empty((b, n + 2), np.int32)
             out[:, 0], out[:, -1] = self._ids["["], self._ids["]"]
             out[:, 1:-1] = self._state_ids[x]
@@ -403,11 +405,11 @@ class SequenceCodec:
         out[:, 1 : 2 * n : 2] = self._state_ids[x]
         return out
 
-    def _fast_prompt_ids(self, x: np.ndarray) -> np.ndarray:
+    def _fast_prompt_ids(self, x: np.ndarray, separators: bool | None = None) -> np.ndarray:
         b = x.shape[0]
         tag = np.full((b, 1), self._ids[PROMPT_TAG], np.int32)
         nl = np.full((b, 1), self._ids["\n"], np.int32)
-        return np.concatenate([tag, self._fast_list_ids(x), nl], axis=1)
+        return np.concatenate([tag, self._fast_list_ids(x, separators), nl], axis=1)
 
     def _fast_decode(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         b, n = tokens.shape
@@ -608,17 +610,3 @@ class SequenceCodec:
 
 #: Whitespace between two numbers of the compact format (where the list format has ", ").
 _COMPACT_GAP = re.compile(r"(?<=\d)\s+(?=\d)")
-
-
-def _with_separators(codec: SequenceCodec, ids: np.ndarray) -> np.ndarray:
-    """Prompt ids of the list format (the probe of ``_setup_fast`` compares against the text
-    path, which writes the list format): ``ids`` itself unless the codec is compact."""
-    if codec.separators:
-        return ids
-    b = ids.shape[0]
-    n = codec.length
-    out = np.full((b, 2 * n + 3), codec._ids[","], np.int32)
-    out[:, :2] = ids[:, :2]
-    out[:, 2 : 2 * n + 1 : 2] = ids[:, 2 : n + 2]
-    out[:, -2:] = ids[:, -2:]
-    return out
