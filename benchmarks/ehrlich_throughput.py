@@ -9,6 +9,9 @@ calls). Peak RSS therefore covers the evaluation with its input resident, not in
     python benchmarks/ehrlich_throughput.py                 # f1-f4 x 1e4, 1e5, 1e6
     python benchmarks/ehrlich_throughput.py --quick         # f2, f4 at 1e4, 1e5
     python benchmarks/ehrlich_throughput.py --devices 2     # also shard the batch over 2 CPU devices
+    python benchmarks/ehrlich_throughput.py --quick --holo-python /path/to/venv/bin/python
+        # also time pytorch-holo's Ehrlich on the same cells, in the same run
+        # (that interpreter needs torch and pytorch-holo; see _holo_ehrlich_worker.py)
 
 Reference (pytorch-holo 0.0.5, torch 2.13, 2 threads, batch 1e5, this machine kind): ~1.7e5 seq/s on
 f2, ~1.2e4 seq/s on f4, ~12 GB for f4 at 1e5.
@@ -119,6 +122,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="f2 and f4 at 1e4 and 1e5 only")
     parser.add_argument(
+        "--holo-python",
+        metavar="PYTHON",
+        help="an interpreter with torch and pytorch-holo: time holo's Ehrlich on the same cells "
+        "(batches <= 1e5) and report the speed-up measured in this run",
+    )
+    parser.add_argument(
         "--worker", nargs=3, metavar=("FUNCTION", "BATCH", "DEVICES"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
@@ -132,7 +141,7 @@ def main() -> None:
     rows = []
     header = (
         f"{'function':8s} {'name':18s} {'batch':>9s} {'dev':>3s} {'best seq/s':>11s} "
-        f"{'median':>11s} {'peak RSS':>9s} {'vs ref':>7s}"
+        f"{'median':>11s} {'peak RSS':>9s} {('vs holo' if args.holo_python else 'vs ref'):>7s}"
     )
     print(header)
     print("-" * len(header))
@@ -165,6 +174,26 @@ def main() -> None:
                 row["speedup_vs_reference"] = (
                     row["best_seq_per_s"] / reference if reference else None
                 )
+                if args.holo_python and devices == 1 and batch <= 1e5:
+                    holo = subprocess.run(
+                        [
+                            args.holo_python,
+                            str(pathlib.Path(__file__).with_name("_holo_ehrlich_worker.py")),
+                            function,
+                            str(int(batch)),
+                            "3",
+                        ],
+                        capture_output=True,
+                        text=True,
+                        check=False,
+                    )
+                    if holo.returncode == 0:
+                        row["holo"] = json.loads(holo.stdout.strip().splitlines()[-1])
+                        reference = row["holo"]["best_seq_per_s"]
+                        row["speedup_vs_holo_same_run"] = row["best_seq_per_s"] / reference
+                        row["speedup_vs_reference"] = row["speedup_vs_holo_same_run"]
+                    else:
+                        print(f"holo {function} {batch:.0e}: failed\n{holo.stderr[-2000:]}")
                 rows.append(row)
                 ratio = f"{row['speedup_vs_reference']:.0f}x" if reference else "-"
                 peak = f"{row['peak_rss_mb']:.0f} MB" if row["peak_rss_mb"] else "n/a"
