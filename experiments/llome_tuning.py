@@ -118,8 +118,9 @@ def _row(variant: str, instance: int, seed: int, records: list[dict]) -> dict[st
     }
 
 
-def summarise(out: pathlib.Path) -> list[dict[str, Any]]:
-    """Collect every run directory under ``out`` into ``runs.csv`` and ``tuning.md``."""
+def summarise(out: pathlib.Path, title: str = "LLOME cpu preset levers") -> list[dict[str, Any]]:
+    """Collect every run directory under ``out`` into ``runs.csv`` and ``tuning.md`` (and the
+    plot ``tuning.png``, titled ``title``)."""
     rows = []
     for run_dir in sorted(out.glob("*/inst*_seed*")):
         records = _records(run_dir)
@@ -154,11 +155,11 @@ def summarise(out: pathlib.Path) -> list[dict[str, Any]]:
     text = "\n".join(lines) + "\n"
     (out / "tuning.md").write_text(text)
     print(text)
-    _plot(out)
+    _plot(out, title)
     return rows
 
 
-def _plot(out: pathlib.Path) -> None:
+def _plot(out: pathlib.Path, title: str) -> None:
     """``tuning.png``: min regret vs oracle labels, one curve (median and range) per variant."""
     from llome_jax.rundir import plot_regret_curves
 
@@ -169,7 +170,7 @@ def _plot(out: pathlib.Path) -> None:
             x = [r["num_evaluations"] for r in records]
             y = [r["min_regret"] for r in records]
             curves.setdefault(run_dir.parent.name, []).append((x, y))
-    title = f"LLOME cpu preset levers on {FUNCTION} training instances"
+    title = f"{title} on {FUNCTION} training instances"
     plot_regret_curves(curves, out / "tuning.png", title=title, log_x=False)
 
 

@@ -77,6 +77,9 @@ class Lambo2Config:
       ga_generations / ga_particles: the GA pre-solver (paper 10 x 1000).
       model_preset / model_overrides: :meth:`ModelConfig.preset` name and field overrides.
       train / design: :class:`TrainConfig`, :class:`DesignConfig`.
+      warm_start: each round's fit starts from the previous round's fitted weights (fresh Adam
+        state and learning-rate schedule) instead of from ``θ0``, the initial fit, as cortex and
+        poli-baselines do (off: the reference behaviour; the paper does not say).
     """
 
     function: str = "f2"
@@ -91,6 +94,7 @@ class Lambo2Config:
     model_overrides: tuple[tuple[str, Any], ...] = ()
     train: lambo_train.TrainConfig = dataclasses.field(default_factory=lambo_train.TrainConfig)
     design: lambo_design.DesignConfig = dataclasses.field(default_factory=lambo_design.DesignConfig)
+    warm_start: bool = False
 
     def __post_init__(self) -> None:
         for name in ("rounds", "num_samples", "ga_generations"):
@@ -117,6 +121,8 @@ class Lambo2Config:
             # the default is left out so that run directories written before the KL option
             # existed still resume (their config.json has no ``kl_weight``)
             del out["design"]["kl_weight"]
+        if not out["warm_start"]:
+            del out["warm_start"]  # likewise for run directories written before warm starts
         return out
 
 
@@ -208,14 +214,16 @@ def lambo2_round(
     round_index: int,
     *,
     mesh: Any = None,
-) -> tuple[History, dict[str, Any]]:
-    """Round ``round_index``: retrain from ``θ0``, choose seeds, design, label (poli-baselines).
+) -> tuple[History, Any, dict[str, Any]]:
+    """Round ``round_index``: retrain from ``theta_init`` (``θ0``, or the previous round's
+    weights with ``cfg.warm_start``), choose seeds, design, label (poli-baselines).
 
     ``fn`` is the Ehrlich instance or an :class:`~llome_jax.objective.Objective` (its checked
     call labels the proposals).
 
-    Returns ``(new history, metrics)``; ``metrics`` holds the proposals (``"x"``, ``"y"``) and
-    the round's statistics (timings by phase, last-epoch losses, acquisition, acceptance).
+    Returns ``(new history, fitted params, metrics)``; ``metrics`` holds the proposals (``"x"``,
+    ``"y"``) and the round's statistics (timings by phase, last-epoch losses, acquisition,
+    acceptance).
     """
     objective = as_objective(fn)
     mc = cfg.model_config(objective.num_states, objective.length)
@@ -258,7 +266,7 @@ def lambo2_round(
         "seconds_train": t1 - t0,
         "seconds_design": t2 - t1,
     }
-    return history.append(proposals, values, round_index), metrics
+    return history.append(proposals, values, round_index), params, metrics
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,8 +274,9 @@ def lambo2_round(
 # ---------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Lambo2State:
-    """What LaMBO-2 carries between rounds: rounds done, ``θ0`` (every round retrains from it)
-    and the labelled history."""
+    """What LaMBO-2 carries between rounds: rounds done, ``theta_init`` (the weights the next
+    round's fit starts from: ``θ0``, or with ``warm_start`` the last round's fitted weights) and
+    the labelled history."""
 
     round: int
     theta_init: Any
@@ -379,9 +388,10 @@ class Lambo2:
         from llome_jax.rundir import round_metrics
 
         cfg, r = self.cfg, state.round + 1
-        history, metrics = lambo2_round(
+        history, params, metrics = lambo2_round(
             cfg, self.objective, state.theta_init, state.history, r, mesh=self.mesh
         )
+        start_next = params if cfg.warm_start else state.theta_init
         x, y = metrics.pop("x"), metrics.pop("y")
         record = round_metrics(
             r,
@@ -395,7 +405,7 @@ class Lambo2:
             best_value=float(np.max(history.y)),
             **metrics,
         )
-        return Lambo2State(r, state.theta_init, history), RoundResult(x, y, record)
+        return Lambo2State(r, start_next, history), RoundResult(x, y, record)
 
     def round_index(self, state: Lambo2State) -> int:
         return state.round
