@@ -143,3 +143,48 @@ def test_config_json_leaves_out_default_kl_weight():
     command.add_arguments(parser)
     args = parser.parse_args(["--preset", "smoke", "--kl-weight", "0.5", "--out", "x"])
     assert command.build_config(args).design.kl_weight == 0.5
+
+
+def test_warm_start_continues_from_the_last_rounds_weights(tmp_path):
+    """With ``warm_start`` round r's fit starts from round r-1's fitted weights, and the state
+    carries them; without it every round starts from θ0 (cortex). Recomputed here from
+    ``lambo_train.fit`` and the run's own history, round keys derived as the docstring says."""
+    import jax
+
+    from llome_jax.lambo2 import train as lambo_train
+
+    def leaves_equal(a, b):
+        return all(
+            np.array_equal(np.asarray(u), np.asarray(v))
+            for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+        )
+
+    cold = optimizer.run(_smoke(rounds=2), tmp_path / "cold", progress=False)
+    warm = optimizer.run(_smoke(rounds=2, warm_start=True), tmp_path / "warm", progress=False)
+    cfg = _smoke(rounds=2, warm_start=True)
+    mc = cfg.model_config(4, 8)
+    history = warm.state.history
+
+    def upto(r):  # the history a round-r fit sees: every row labelled before round r
+        keep = history.t < r
+        return optimizer.History(history.x[keep], history.y[keep], history.t[keep])
+
+    theta0, _ = optimizer.initial_fit(cfg, mc, upto(1))
+    assert leaves_equal(cold.state.theta_init, theta0)  # cold: θ0 after every round
+
+    params = theta0
+    for r in (1, 2):
+        before = upto(r)
+        data = lambo_train.prepare_training_data(before.x, before.y, before.t, mc, cfg.train)
+        k_fit, _ = jax.random.split(jax.random.fold_in(jax.random.key(cfg.seed), r))
+        params, _ = lambo_train.fit(k_fit, params, data, mc, cfg.train)
+    assert leaves_equal(warm.state.theta_init, params)
+    assert not leaves_equal(params, theta0)
+    # round 1 starts from θ0 either way, so its proposals agree; round 2's fit differs
+    c_rounds, c_x, _ = rundir.RunDirectory(cold.path).evaluated()
+    w_rounds, w_x, _ = rundir.RunDirectory(warm.path).evaluated()
+    np.testing.assert_array_equal(c_x[c_rounds <= 1], w_x[w_rounds <= 1])
+    assert not np.array_equal(c_x[c_rounds == 2], w_x[w_rounds == 2])
+    # the option is recorded only when on, so earlier run directories still resume
+    assert "warm_start" not in _smoke().to_dict()
+    assert json.loads((warm.path / "config.json").read_text())["warm_start"] is True
