@@ -5,13 +5,17 @@ Lowers ``jax.jit`` on ``jax.ShapeDtypeStruct`` inputs only (no weights are alloc
 8-device data-parallel mesh of fake CPU devices (``--xla_force_host_platform_device_count``), with
 the preset's batch sizes and micro-batching: MargE (AdamW, float32) and DPO (RMSprop, bfloat16
 matmuls, chosen + rejected sequences), ``T`` tokens per sequence (f2 prompts and targets with the
-Pythia tokenizer: ~134). Prints and writes ``compiled.memory_analysis()`` per step (arguments,
-outputs, temporaries, generated code; per device) to ``benchmarks/results/paper_scale_aot.json``.
+Pythia tokenizer: ~134). ``generate`` lowers the refinement sampler (``lm.sample``'s KV-cache
+``while_loop``) for one chunk of the preset's ``refine.batch_size`` rows sharded over the mesh, the
+float32 policy replicated, ``--prompt-tokens`` prompt and ``--new-tokens`` decoded tokens. Prints and
+writes ``compiled.memory_analysis()`` per step (arguments, outputs, temporaries, generated code;
+per device) to ``benchmarks/results/paper_scale_aot.json``.
 
 These are XLA:CPU buffer assignments: a GPU compile fuses differently, so read them as an estimate
 of the per-device plan (parameters + optimizer state + activations), not as a GPU measurement.
 
-Usage: ``python benchmarks/paper_scale_aot.py [--model 2.8b] [--tokens 134] [--devices 8]``.
+Usage: ``python benchmarks/paper_scale_aot.py [--model 2.8b] [--tokens 134] [--devices 8]
+[--losses marge,dpo,generate]``.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--model", default="2.8b")
 parser.add_argument("--tokens", type=int, default=134)
 parser.add_argument("--devices", type=int, default=8)
-parser.add_argument("--losses", default="marge,dpo")
+parser.add_argument("--losses", default="marge,dpo,generate", help="steps; 'generate' = sampler")
+parser.add_argument("--prompt-tokens", type=int, default=67, help="generate: left-padded prompt")
+parser.add_argument("--new-tokens", type=int, default=73, help="generate: decoded tokens at most")
 parser.add_argument(
     "--out", default=str(pathlib.Path(__file__).parent / "results" / "paper_scale_aot.json")
 )
@@ -37,6 +43,7 @@ os.environ["XLA_FLAGS"] = (
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import dataclasses  # noqa: E402
+from typing import Any  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -71,6 +78,9 @@ def main() -> None:
     mesh = parallel.make_mesh(args.devices)
     rows = []
     for loss in [x.strip() for x in args.losses.split(",") if x.strip()]:
+        if loss == "generate":
+            rows.append(_generate_row(paper, mesh))
+            continue
         triples = loss_spec(loss).data == "triples"
         dtype = paper["dpo_compute_dtype"] if triples else "float32"
         config = PythiaConfig.preset(args.model, compute_dtype=dtype)
@@ -141,6 +151,75 @@ def main() -> None:
         args.out,
         {"machine": platform.processor() or platform.machine(), "rows": rows},
     )
+
+
+def _memory_row(compiled: Any, seconds: float, **fields: Any) -> dict[str, Any]:
+    mem = compiled.memory_analysis()
+    row = {
+        **fields,
+        "devices": args.devices,
+        "compile_seconds": seconds,
+        "argument_gib": mem.argument_size_in_bytes / GIB,
+        "output_gib": mem.output_size_in_bytes / GIB,
+        "alias_gib": mem.alias_size_in_bytes / GIB,
+        "temp_gib": mem.temp_size_in_bytes / GIB,
+        "code_gib": mem.generated_code_size_in_bytes / GIB,
+    }
+    row["peak_estimate_gib"] = (
+        row["argument_gib"] + row["output_gib"] - row["alias_gib"] + row["temp_gib"]
+    )
+    return row
+
+
+def _generate_row(paper: dict[str, Any], mesh: Any) -> dict[str, Any]:
+    """AOT-compile one chunk of refinement sampling (``refine.batch_size`` rows over the mesh)."""
+    from flax import nnx
+    from jax.sharding import PartitionSpec as P
+
+    from llome_jax.lm.sample import SampleConfig, _sharded_core
+
+    config = PythiaConfig.preset(args.model)
+    graphdef, state = nnx.split(abstract_model(config))
+    state = jax.tree.map(lambda x: _sds(x.shape, x.dtype, mesh, P()), state)
+    rows_b = paper["refine"]["batch_size"]
+    data = P(parallel.DATA_AXIS)
+    prompt = (rows_b, args.prompt_tokens)
+    sample = SampleConfig(
+        max_new_tokens=args.new_tokens, top_k=None, stop_token_ids=(0,), vocab_limit=50277
+    )
+    key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=_replicated(mesh))
+    t0 = time.perf_counter()
+    lowered = _sharded_core(mesh).lower(
+        graphdef,
+        state,
+        key,
+        _sds(prompt, jnp.int32, mesh, data),
+        _sds(prompt, jnp.int32, mesh, data),
+        _sds((rows_b,), jnp.float32, mesh, data),
+        sample,
+    )
+    compiled = lowered.compile()
+    row = _memory_row(
+        compiled,
+        time.perf_counter() - t0,
+        loss="generate",
+        model=args.model,
+        compute_dtype=config.compute_dtype,
+        sequences_per_step=rows_b,
+        tokens=args.prompt_tokens + args.new_tokens,
+    )
+    print(
+        f"generate {args.model}: {rows_b} rows x ({args.prompt_tokens} + {args.new_tokens}) "
+        f"tokens on {args.devices} devices; per device: arguments {row['argument_gib']:.2f} GiB, "
+        f"temporaries {row['temp_gib']:.2f} GiB, outputs {row['output_gib']:.3f} GiB; peak "
+        f"~{row['peak_estimate_gib']:.2f} GiB; compiled in {row['compile_seconds']:.0f} s",
+        flush=True,
+    )
+    return row
+
+
+def _replicated(mesh: Any) -> Any:
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
 
 
 @dataclasses.dataclass(frozen=True)
