@@ -76,6 +76,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # current preset's 4 epochs; then the time it saves spent on the paper's 10 iterations
     "compact": {"epochs": 4, "text_format": "compact"},
     "compact_iters10": {"epochs": 4, "text_format": "compact", "num_iterations": 10},
+    # the compact preset without the Filter's likelihood quantile (every novel candidate is
+    # eligible): the trained policies rank the rare improving edits below neutral ones
+    "compact_noquantile": {
+        "epochs": 4,
+        "text_format": "compact",
+        "filter.likelihood_quantile": None,
+    },
 }
 
 
