@@ -12,7 +12,11 @@ i.e. the data of round 1. Phases (seconds; compilation measured separately on th
 * ``oracle``: Ehrlich labels of the n proposals,
 
 plus the extrapolated cost of a round-10 fit (history of ``10K/1K + 10 n`` sequences: steps per
-epoch grow with the unique feasible count). Writes ``benchmarks/results/lambo2_round.json``.
+epoch grow with the unique feasible count) and of 10 rounds, and the FLOPs of one train step and
+one design step from XLA's cost analysis of the compiled programs (``compiled.cost_analysis()``),
+which give a compute-bound floor for an accelerator: ``--peak-tflops`` (default 67, an H100 SXM's
+dense FP32 rate; the port trains in FP32) at ``--utilisation`` (default 0.25: batch-128 CNN steps
+are small kernels). Writes ``benchmarks/results/lambo2_round.json``.
 Usage: ``python benchmarks/lambo2_round.py [--preset cpu] [--epochs E] [--design-steps 32]``.
 """
 
@@ -37,6 +41,13 @@ def _timed(fn):
     return out, time.perf_counter() - t0
 
 
+def _flops(lowered) -> float:
+    """FLOPs of one call of a lowered program, from XLA's cost analysis of its compiled form."""
+    cost = lowered.compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    return float(cost.get("flops", float("nan")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="cpu", help="optimizer preset (model sizes, E, S)")
@@ -47,6 +58,8 @@ def main() -> None:
     parser.add_argument("--num-samples", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--devices", type=int, default=None, help="shard the design population")
+    parser.add_argument("--peak-tflops", type=float, default=67.0, help="accelerator FP32 peak")
+    parser.add_argument("--utilisation", type=float, default=0.25, help="fraction of the peak")
     parser.add_argument(
         "--out", default=str(pathlib.Path(__file__).parent / "results" / "lambo2_round.json")
     )
@@ -100,6 +113,17 @@ def main() -> None:
             p, o, batch, jnp.float32(1e-3), k, model_config=mc, train_config=step_cfg
         )
 
+    train_flops = _flops(
+        train.train_step.lower(
+            params,
+            opt,
+            batch,
+            jnp.float32(1e-3),
+            jax.random.key(2),
+            model_config=mc,
+            train_config=step_cfg,
+        )
+    )
     (params, opt, _), t_compile = _timed(lambda: one_step(params, opt, jax.random.key(2)))
     rows.append(("train step: compile + 1st", t_compile, ""))
     reps = 5
@@ -139,6 +163,12 @@ def main() -> None:
     def design_fn(key):
         return design.design_round(key, theta, stats, best, seeds, mc, cfg.design, mesh=mesh)
 
+    static = {"model_config": mc, "design_config": cfg.design}
+    x0, a0, *score0 = design._design_start(theta, stats, best, jnp.asarray(seeds), **static)
+    carry0 = (x0, a0, jax.random.key(5), *score0)
+    design_flops = _flops(
+        design._design_step.lower(carry0, jnp.int32(0), theta, stats, best, **static)
+    )
     _, t_dcompile = _timed(lambda: design_fn(jax.random.key(5)))
     rows.append(("design: compile + 1st run", t_dcompile, ""))
     (proposals, acq, _trace), t_design = _timed(lambda: design_fn(jax.random.key(6)))
@@ -161,6 +191,24 @@ def main() -> None:
     )
     round1 = t_prep + t_fit + t_seeds + t_design + t_oracle
     rows.append(("round 1 total (compiled)", round1, ""))
+    # 10 rounds: the fit grows linearly from round 1's steps to round 10's; design is constant
+    fit_steps = [steps + (steps10 - steps) * r / 9 for r in range(10)]
+    rows.append(
+        (
+            "10 rounds (extrapolated)",
+            sum(t_step * n * cfg.train.epochs for n in fit_steps) + 10 * (t_design + t_seeds),
+            "",
+        )
+    )
+    rate = args.peak_tflops * 1e12 * args.utilisation
+    flops10 = sum(n * cfg.train.epochs for n in fit_steps) * train_flops + 10 * s * design_flops
+    rows.append(
+        (
+            "10 rounds on an accelerator (FLOP floor)",
+            flops10 / rate,
+            f"{flops10:.3g} FLOPs at {args.peak_tflops:g} TFLOP/s x {args.utilisation:g}",
+        )
+    )
 
     width = max(len(r[0]) for r in rows)
     print(
@@ -189,6 +237,9 @@ def main() -> None:
         "devices": [str(d) for d in jax.devices()],
         "phases": [{"phase": n, "seconds": t, "note": note} for n, t, note in rows],
         "frac_feasible": float(feasible.mean()),
+        "train_step_flops": train_flops,
+        "design_step_flops": design_flops,
+        "accelerator": {"peak_tflops": args.peak_tflops, "utilisation": args.utilisation},
     }
     write_json(args.out, result)
 
