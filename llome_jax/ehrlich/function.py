@@ -355,20 +355,25 @@ def _count_dtype(config: EhrlichConfig) -> jnp.dtype:
     return jnp.dtype(jnp.uint8 if config.motif_length <= 0xFF else jnp.uint16)
 
 
-def _to_lanes(fn: Ehrlich, x: jax.Array) -> jax.Array:
-    """``[n, L]`` integer tokens -> ``[L, n]`` unsigned tokens; tokens outside ``[0, v)`` become
+def _narrow(fn: Ehrlich, x: jax.Array) -> jax.Array:
+    """Integer tokens -> :func:`_token_dtype` tokens (same shape); tokens outside ``[0, v)`` become
     the sentinel ``v``.
 
     ``x`` is reinterpreted as unsigned at its own width (two's complement: negative tokens become
-    large) and clamped with one ``min(x, v)`` before the transpose, so uint8 input is transposed as
-    it is and never widened; wider input is narrowed to :func:`_token_dtype` after the clamp.
+    large) and clamped with one ``min(x, v)``, then narrowed; uint8 input is never widened.
     """
     v = fn.config.num_states
     unsigned = jnp.dtype(f"uint{jnp.iinfo(x.dtype).bits}")
-    x = x.astype(unsigned) if x.dtype != unsigned else x
+    narrow = x.astype(unsigned) if x.dtype != unsigned else x
     if v <= jnp.iinfo(unsigned).max:
-        x = jnp.minimum(x, jnp.asarray(v, unsigned))
-    return x.astype(_token_dtype(fn.config)).T
+        narrow = jnp.minimum(narrow, jnp.asarray(v, unsigned))
+    return narrow.astype(_token_dtype(fn.config))
+
+
+def _to_lanes(fn: Ehrlich, x: jax.Array) -> jax.Array:
+    """``[n, L]`` integer tokens -> ``[L, n]`` narrow unsigned tokens (:func:`_narrow`), narrowed
+    before the transpose so that one byte per token is moved (for ``v <= 255``)."""
+    return _narrow(fn, x).T
 
 
 def _padded_lanes(fn: Ehrlich, x: jax.Array) -> jax.Array:
@@ -496,6 +501,11 @@ def _chunked(lane_fn, fn: Ehrlich, x2d: jax.Array, out_shape: tuple[int, ...], d
     recomputed identically), so no padded copy of the input is ever made.
     """
     total = x2d.shape[0]
+    if x2d.dtype != _token_dtype(fn.config):
+        # Wider input (e.g. int32) is narrowed once, row-major, before the loop: inside it XLA
+        # fuses the conversion into the transpose, which then reads the wide input with a stride
+        # of L elements (measured 2-4x slower on f2/f4). Costs N*L bytes for the narrow copy.
+        x2d = jax.lax.optimization_barrier(_narrow(fn, x2d))
     if total <= chunk:
         return lane_fn(fn, _padded_lanes(fn, x2d))
     num_chunks = -(-total // chunk)
