@@ -11,10 +11,12 @@ and ``x`` is feasible iff ``A[x_{t-1}, x_t] > 0`` for all ``t`` (first state fre
 When ``q`` divides ``k`` the quantisation equals the paper's ``floor(q * count / k) / q``.
 Values are bit-identical float32 to the reference (left-to-right product in float32).
 
-Evaluation layout (see BUILD.md, "Fast Ehrlich evaluation"): the batch is moved to the minor
-(lane) axis as ``[L, n]`` int8 tokens, so each window compare is a contiguous vector compare of a
-row slice with a scalar and windows are reduced with elementwise max; large batches are processed
-in cache-sized chunks inside one ``lax.fori_loop``.
+Evaluation layout (see BUILD.md, "Fast Ehrlich evaluation", and docs/design/ehrlich.md): the
+batch is moved to the minor (lane) axis as ``[L, n]`` unsigned bytes (out-of-range tokens become
+the sentinel ``v``; uint8 input is never widened), so each window compare is a contiguous vector
+compare of a row slice with a scalar and windows are reduced with an elementwise max;
+feasibility is one lookup per transition in a packed bit table; large batches are processed in
+L1-sized chunks inside one ``lax.fori_loop``.
 """
 
 from __future__ import annotations
@@ -614,7 +616,8 @@ def evaluate(fn: Ehrlich, x: Any, *, chunk_size: int | None = None) -> jax.Array
 
     Args:
       fn: the instance.
-      x: integer ``[..., L]`` token ids in ``[0, v)``.
+      x: integer ``[..., L]`` token ids in ``[0, v)``, any integer dtype (uint8 is transposed as
+        it is, never widened; wider dtypes are narrowed to bytes first when ``v <= 255``).
       chunk_size: sequences per cache-sized block (static; default from ``L``).
 
     Returns:
