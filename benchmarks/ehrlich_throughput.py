@@ -9,6 +9,9 @@ calls). Peak RSS therefore covers the evaluation with its input resident, not in
     python benchmarks/ehrlich_throughput.py                 # f1-f4 x 1e4, 1e5, 1e6
     python benchmarks/ehrlich_throughput.py --quick         # f2, f4 at 1e4, 1e5
     python benchmarks/ehrlich_throughput.py --devices 2     # also shard the batch over 2 CPU devices
+    python benchmarks/ehrlich_throughput.py --quick --previous --dtype uint8
+        # also time the previous kernel (benchmarks/_ehrlich_kernel_previous.py) on the same
+        # batch, interleaved with the current one; token dtype of the batch (default int32)
     python benchmarks/ehrlich_throughput.py --quick --holo-python /path/to/venv/bin/python
         # also time pytorch-holo's Ehrlich on the same cells, in the same run
         # (that interpreter needs torch and pytorch-holo; see _holo_ehrlich_worker.py)
@@ -48,8 +51,16 @@ def _reset_peak_rss() -> bool:
         return False
 
 
-def measure(function: str, batch: int, devices: int, repeats: int) -> dict:
-    """Runs inside the worker subprocess."""
+def measure(
+    function: str,
+    batch: int,
+    devices: int,
+    repeats: int,
+    dtype: str = "int32",
+    previous: bool = False,
+) -> dict:
+    """Runs inside the worker subprocess. With ``previous``, the previous kernel is timed on the
+    same batch, alternating call by call with the current one (so load changes hit both)."""
     import jax
     import jax.numpy as jnp
 
@@ -70,7 +81,7 @@ def measure(function: str, batch: int, devices: int, repeats: int) -> dict:
         keys = jax.random.split(key, -(-batch // chunk))
         return jax.lax.map(one, keys).reshape(-1, length)[:batch]
 
-    x = make_batch(jax.random.key(1)).block_until_ready()
+    x = make_batch(jax.random.key(1)).astype(dtype).block_until_ready()
     evaluate = jax.jit(ehrlich.evaluate)
     if devices > 1:
         from jax.sharding import NamedSharding
@@ -89,14 +100,31 @@ def measure(function: str, batch: int, devices: int, repeats: int) -> dict:
         evaluate = local
     values = evaluate(fn, x).block_until_ready()  # compile + warm up
     frac_feasible = float(jnp.mean(jnp.isfinite(values)))
+    candidates = {"current": evaluate}
+    if previous:
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+        from _ehrlich_kernel_previous import evaluate_previous
+
+        candidates["previous"] = jax.jit(evaluate_previous)
+        old_values = candidates["previous"](fn, x).block_until_ready()
+        if not bool(jnp.all(old_values.view(jnp.int32) == values.view(jnp.int32))):
+            raise AssertionError("previous and current kernels disagree")
     reset = _reset_peak_rss()
-    times = []
+    timings: dict[str, list[float]] = {name: [] for name in candidates}
     for _ in range(repeats):
-        start = time.perf_counter()
-        evaluate(fn, x).block_until_ready()
-        times.append(time.perf_counter() - start)
-    times.sort()
+        for name, kernel in candidates.items():
+            start = time.perf_counter()
+            kernel(fn, x).block_until_ready()
+            timings[name].append(time.perf_counter() - start)
+    times = sorted(timings["current"])
+    extra = {"dtype": dtype}
+    if previous:
+        old = sorted(timings["previous"])
+        extra["previous_best_seq_per_s"] = batch / old[0]
+        extra["previous_median_seq_per_s"] = batch / old[len(old) // 2]
+        extra["speedup_vs_previous"] = old[0] / times[0]
     return {
+        **extra,
         "function": function,
         "name": fn.config.name,
         "batch": batch,
@@ -121,6 +149,12 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="f2 and f4 at 1e4 and 1e5 only")
+    parser.add_argument("--dtype", default="int32", help="token dtype of the batch (int32, uint8)")
+    parser.add_argument(
+        "--previous",
+        action="store_true",
+        help="also time the previous kernel (benchmarks/_ehrlich_kernel_previous.py), interleaved",
+    )
     parser.add_argument(
         "--holo-python",
         metavar="PYTHON",
@@ -133,7 +167,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         function, batch, devices = args.worker[0], int(float(args.worker[1])), int(args.worker[2])
-        print(json.dumps(measure(function, batch, devices, args.repeats)))
+        row = measure(function, batch, devices, args.repeats, args.dtype, args.previous)
+        print(json.dumps(row))
         return
     functions = ["f2", "f4"] if args.quick else args.functions.split(",")
     batches = [1e4, 1e5] if args.quick else [float(b) for b in args.batches.split(",")]
@@ -162,7 +197,9 @@ def main() -> None:
                     str(devices),
                     "--repeats",
                     str(args.repeats if batch < 1e6 else 3),
-                ]
+                    "--dtype",
+                    args.dtype,
+                ] + (["--previous"] if args.previous else [])
                 result = subprocess.run(
                     command, capture_output=True, text=True, env=env, check=False
                 )
@@ -200,17 +237,35 @@ def main() -> None:
                 print(
                     f"{function:8s} {row['name']:18s} {int(batch):>9d} {devices:>3d} "
                     f"{row['best_seq_per_s']:>11.3e} "
-                    f"{row['median_seq_per_s']:>11.3e} {peak:>9s} {ratio:>7s}",
+                    f"{row['median_seq_per_s']:>11.3e} {peak:>9s} {ratio:>7s}"
+                    + (
+                        f"  previous {row['previous_best_seq_per_s']:.3e} "
+                        f"(x{row['speedup_vs_previous']:.2f})"
+                        if args.previous
+                        else ""
+                    ),
                     flush=True,
                 )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    target = RESULTS / "ehrlich_throughput.json"
+    suffix = ("" if args.dtype == "int32" else f"_{args.dtype}") + (
+        "_vs_previous" if args.previous else ""
+    )
+    target = RESULTS / f"ehrlich_throughput{suffix}.json"
     import platform
 
     meta = {
         "machine": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
         "note": "CPU only; no GPU was available for this measurement.",
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=pathlib.Path(__file__).resolve().parent,
+            check=False,
+        ).stdout.strip(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_average": os.getloadavg(),
     }
     target.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     print(f"wrote {target}")
