@@ -179,7 +179,9 @@ def llome_round(
     times["time_oracle"] = time.perf_counter() - t
 
     if on_candidates is not None:
-        on_candidates(_candidate_log(r, loss, objective, refined, candidates, chosen.indices, new_v))
+        on_candidates(
+            _candidate_log(r, loss, objective, refined, candidates, chosen.indices, new_v)
+        )
 
     # Diagnostic only (not oracle budget, never fed back): reward of each labelled edit.
     inputs = np.asarray(refined.inputs)[chosen.indices]
