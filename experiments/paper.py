@@ -747,7 +747,7 @@ def figure_sft_marge(ctx: Context) -> tuple[str, str]:
     }
     curves: dict[str, list] = {}
     for spec, records in specs.items():
-        for name, runs in _curves({spec: records}).items():
+        for runs in _curves({spec: records}).values():
             curves.setdefault(label[spec], []).extend(runs)
     _plot_curves(ctx.out / "sft_marge.png", {"f2: SFT_i-MargE_j": curves})
     summary = _summary(curves, ctx.budget)
@@ -765,7 +765,8 @@ def figure_sft_marge(ctx: Context) -> tuple[str, str]:
     solved = [m for m, s in summary.items() if s["min"] <= 0.0]
     return (
         _table(header, rows)
-        + f"\n\nPipelines that reached regret 0: {solved or 'none'}. Verdict basis: {why}. Calibration curves: `sft_marge_calibration.png`.",
+        + f"\n\nPipelines that reached regret 0: {solved or 'none'}. Verdict basis: {why}. "
+        "Calibration curves: `sft_marge_calibration.png`.",
         verdict,
     )
 
@@ -1000,7 +1001,8 @@ def figure_difficulty_pareto(ctx: Context) -> tuple[str, str]:
         verdicts.append(
             (
                 "agree" if top == "q" else "disagree",
-                f"largest effect: {top} (mean-regret range {ranges[top]:.3f}; q: {ranges.get('q', float('nan')):.3f})",
+                f"largest effect: {top} (mean-regret range {ranges[top]:.3f}; "
+                f"q: {ranges.get('q', float('nan')):.3f})",
             )
         )
         parts.append(
@@ -1122,16 +1124,51 @@ FIGURE_FUNCTIONS: dict[str, Callable[[Context], tuple[str, str]]] = {
 
 #: what the paper says, quoted from paper.tex
 CLAIMS: dict[str, str] = {
-    "solver": '"On medium-difficulty tasks, LLOME-MargE and LaMBO-2 outperform other methods. On very easy or difficult tasks, all methods perform comparably." "On f2 LLOME-MargE performs the best, whereas LaMBO-2 performs the best on f3." (Pythia-2.8B, 10 rounds of j = 2000 after 10K GA labels.)',
-    "diversity": '"LaMBO-2 produces the most diverse and feasible solutions but LLOME-MargE balances diversity with accuracy." "LLOME-DPO does not improve either the diversity or the feasibility of its outputs."',
-    "calibration": '"LLOME-MargE and LLOME-SFT assign higher likelihoods to lower regret sequences, but also exhibit some degree of overconfidence."',
-    "sft_marge": '"LLOME-SFT_1-MargE_9 not only is the sole pipeline to find the optimal solution, but also achieves the best calibration curve. In contrast, switching from SFT to MargE training at an intermediate point results in the worst performance."',
-    "reinforce": '"although LLOME-REINFORCE decreases the regret to some degree, it plateaus early and does not reach optimality" (MargE does).',
-    "refinement": '"LLMs iteratively produce edits that significantly reduce regret. However, the first few edits frequently improve the sequence whereas later edits are less likely to be helpful."',
-    "selection": '"the likelihood method often selects high-scoring but not the highest scoring candidates"',
-    "half_quant": '"See the Appendix for results on a test function with q < k." (a figure only: min regret vs evaluations on Ehr(32,32)-4-4-2; no ranking is stated in the text, so we test the f2 ranking, LLOME-MargE best)',
-    "model_size": '"LLOME-MargE (LLaMA 226K) performs comparably to LLOME-MargE (Pythia 2.8B) and LaMBO-2 up to 22K test function evaluations, its performance eventually plateaus"',
-    "difficulty_pareto": '"For this optimizer [the GA], the problem difficulty depends most strongly on the quantization parameter q." "All three LLOME variants exhibit significantly lower average hypervolume than both the GA and LaMBO-2."',
+    "solver": (
+        '"On medium-difficulty tasks, LLOME-MargE and LaMBO-2 outperform other methods. On very '
+        'easy or difficult tasks, all methods perform comparably." "On f2 LLOME-MargE performs the '
+        'best, whereas LaMBO-2 performs the best on f3." (Pythia-2.8B, 10 rounds of j = 2000 after '
+        "10K GA labels.)"
+    ),
+    "diversity": (
+        '"LaMBO-2 produces the most diverse and feasible solutions but LLOME-MargE balances '
+        'diversity with accuracy." "LLOME-DPO does not improve either the diversity or the '
+        'feasibility of its outputs."'
+    ),
+    "calibration": (
+        '"LLOME-MargE and LLOME-SFT assign higher likelihoods to lower regret sequences, but also '
+        'exhibit some degree of overconfidence."'
+    ),
+    "sft_marge": (
+        '"LLOME-SFT_1-MargE_9 not only is the sole pipeline to find the optimal solution, but also '
+        "achieves the best calibration curve. In contrast, switching from SFT to MargE training at "
+        'an intermediate point results in the worst performance."'
+    ),
+    "reinforce": (
+        '"although LLOME-REINFORCE decreases the regret to some degree, it plateaus early and does '
+        'not reach optimality" (MargE does).'
+    ),
+    "refinement": (
+        '"LLMs iteratively produce edits that significantly reduce regret. However, the first few '
+        'edits frequently improve the sequence whereas later edits are less likely to be helpful."'
+    ),
+    "selection": (
+        '"the likelihood method often selects high-scoring but not the highest scoring candidates"'
+    ),
+    "half_quant": (
+        '"See the Appendix for results on a test function with q < k." (a figure only: min regret '
+        "vs evaluations on Ehr(32,32)-4-4-2; no ranking is stated in the text, so we test the f2 "
+        "ranking, LLOME-MargE best)"
+    ),
+    "model_size": (
+        '"LLOME-MargE (LLaMA 226K) performs comparably to LLOME-MargE (Pythia 2.8B) and LaMBO-2 up '
+        'to 22K test function evaluations, its performance eventually plateaus"'
+    ),
+    "difficulty_pareto": (
+        '"For this optimizer [the GA], the problem difficulty depends most strongly on the '
+        'quantization parameter q." "All three LLOME variants exhibit significantly lower average '
+        'hypervolume than both the GA and LaMBO-2."'
+    ),
 }
 
 
@@ -1284,12 +1321,14 @@ def main(argv: list[str] | None = None) -> int:
     out = pathlib.Path(args.out)
     if args.dry_run:
         print(
-            f"{len(plan)} runs at scale {args.scale} ({scale.rounds} rounds each), figures: {', '.join(figures)}"
+            f"{len(plan)} runs at scale {args.scale} ({scale.rounds} rounds each), "
+            f"figures: {', '.join(figures)}"
         )
         for spec in plan:
             state = "done" if (out / "runs" / spec.name / "done.json").exists() else "todo"
             print(
-                f"  {spec.name:45s} {spec.kind:7s} {costs[spec] / 60:8.1f} min  [{','.join(spec.figures)}] {state}"
+                f"  {spec.name:45s} {spec.kind:7s} {costs[spec] / 60:8.1f} min  "
+                f"[{','.join(spec.figures)}] {state}"
             )
         if sweep:
             print(
