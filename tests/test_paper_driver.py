@@ -64,8 +64,12 @@ def test_dry_run_lists_the_cpu_plan_and_writes_nothing(
     assert {f"f4/GA_seed{s}" for s in range(3)} <= names
     assert {f"f2/LLOME-SFT3-MargE7_seed{s}" for s in range(3)} <= names
     assert "f2/LLOME-REINFORCE_seed2" in names
+    minutes = {line.split()[0]: float(line.split()[2]) for line in text.splitlines()[1:-1]}
     hours = float(text.split("estimated total: ")[1].split(" h")[0])
-    assert hours > 24  # LaMBO-2 on three L = 128 functions alone is ~9 h
+    assert hours == pytest.approx(sum(minutes.values()) / 60, abs=0.01)
+    # a LaMBO-2 cpu run on L = 128 is ~2.5-3 h, one on f2 ~23 min
+    assert all(minutes[f"{f}/LaMBO-2_seed0"] >= 150 for f in ("f1", "f3", "f4"))
+    assert 15 <= minutes["f2/LaMBO-2_seed0"] <= 40
     assert not (tmp_path / "out").exists()
 
 
