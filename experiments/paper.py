@@ -88,7 +88,8 @@ class Scale:
       sft_rounds: the ``i`` of the SFT_i-MargE_j pipelines (``i + j = rounds``).
       difficulty_generations / difficulty_seeds: the GA difficulty sweep.
       seconds: (kind, L) -> (round 0 seconds, seconds per round), for ``--dry-run`` (measured on
-        one core of a shared 2-core CPU; LaMBO-2 and LLOME cpu from docs/experiments.md).
+        one core of a shared 2-core CPU; LaMBO-2 and LLOME cpu from docs/experiments.md; LLOME
+        cpu on L = 128 is f2's cost x4, an extrapolation, not a measurement).
     """
 
     llome_preset: str
