@@ -56,18 +56,25 @@ EXTRA_METHODS: dict[str, tuple[str, str | None]] = {
     "LLOME-REINFORCE": ("llome", "sft:1,reinforce:1"),
 }
 
-#: figure key -> title (the order of report.md); ``--only`` takes a key or its number
+#: figure key -> title (the order of report.md), with the paper.tex label of its figure;
+#: ``--only`` takes a key or its number
 FIGURES: dict[str, str] = {
-    "solver": "1. Solver regret comparison (paper Fig. 3)",
-    "diversity": "2. Diversity and feasibility of proposals on f2 (paper Fig. 4)",
-    "calibration": "3. Calibration: likelihood vs regret on f2 (paper Fig. 5a)",
-    "sft_marge": "4. SFT_i-MargE_j multi-stage pipelines on f2 (paper Figs. 5b, 16)",
-    "reinforce": "5. MargE vs REINFORCE on f2 (paper Fig. 5c)",
-    "refinement": "6. Iterative refinement: min regret per refinement iteration (paper Fig. 13)",
-    "selection": "7. Candidates selected by likelihood vs by the oracle (paper Fig. 15)",
-    "half_quant": "8. Half quantisation: Ehr(32,32)-4-4-2 (paper Fig. 9)",
-    "model_size": "9. Model size: small from-scratch LLOME-MargE vs LaMBO-2 on f2 (paper Fig. 8)",
-    "difficulty_pareto": "10. GA difficulty sweep and budget-vs-regret Pareto frontier (paper Figs. 2, 7)",
+    "solver": "1. Solver regret comparison (paper: fig:solver_regret_comparison_main_text)",
+    "diversity": "2. Diversity and feasibility of proposals on f2"
+    " (paper: fig:solver_diagnostics_main_text)",
+    "calibration": "3. Calibration: likelihood vs regret on f2 (paper: fig:calibration-regret)",
+    "sft_marge": "4. SFT_i-MargE_j multi-stage pipelines on f2"
+    " (paper: fig:sft-marge, fig:sft-marge-calibration-regret)",
+    "reinforce": "5. MargE vs REINFORCE on f2 (paper: fig:reinforce)",
+    "refinement": "6. Iterative refinement: min regret per refinement iteration"
+    " (paper: fig:iterative-gen-all)",
+    "selection": "7. Candidates selected by likelihood vs by the oracle"
+    " (paper: fig:candidate-selection)",
+    "half_quant": "8. Half quantisation: Ehr(32,32)-4-4-2 (paper: fig:min_regret_v32_d32_c4_k4_q2)",
+    "model_size": "9. Model size: small from-scratch LLOME-MargE vs LaMBO-2 on f2"
+    " (paper: fig:min_regret_small_models_v32_d32_c4_k4_q4)",
+    "difficulty_pareto": "10. GA difficulty sweep and budget-vs-regret Pareto frontier"
+    " (paper: fig:ehrlich_param_sensitivity, fig:pareto-frontiers)",
 }
 
 HALF = "Ehr(32,32)-4-4-2"
