@@ -56,6 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--num-selected", type=int, default=None, help="j, labels per round (preset value)"
     )
+    parser.add_argument(
+        "--log-candidates",
+        action="store_true",
+        help="also write each round's candidates before the Filter (likelihoods, refinement "
+        "iteration, Filter choice, f(x)) to OUT/candidates/round_NNNN.npz",
+    )
 
 
 def build_config(args: argparse.Namespace):  # -> LoopConfig
@@ -97,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         resume=args.resume,
         progress=not args.no_progress,
         trackers=trackers,
+        log_candidates=args.log_candidates,
     )
     last = result.records[-1] if result.records else None
     if last is None and result.path.joinpath("rounds.jsonl").exists():

@@ -23,6 +23,13 @@ without one) serves the constraint checks of refinement, the Filter and the chec
 its ``optimal_value`` the regret fields and the early stop (none when unknown). The edit-reward
 diagnostic (``mean_reward``) calls no objective other than an Ehrlich function: it then covers the
 edits whose input was labelled before.
+
+**Candidate log** (optional, off by default): ``Llome(cfg, candidates_dir=DIR)`` or
+``run(..., log_candidates=True)`` (``DIR = out/candidates``; CLI ``--log-candidates``) writes every
+round's candidates before the Filter to ``DIR/round_NNNN.npz`` (``round.CANDIDATE_FIELDS``: the
+sequences, their likelihoods, refinement iteration, the Filter's choice and ``f(x)``), for the
+paper's calibration, refinement and candidate-selection figures. It is not part of the
+configuration and changes no other output; a resumed round rewrites its file identically.
 """
 
 from __future__ import annotations
@@ -103,7 +110,12 @@ class Llome:
     name = "llome"
 
     def __init__(
-        self, cfg: LoopConfig, runtime: Runtime | None = None, objective: Objective | None = None
+        self,
+        cfg: LoopConfig,
+        runtime: Runtime | None = None,
+        objective: Objective | None = None,
+        *,
+        candidates_dir: str | pathlib.Path | None = None,
     ) -> None:
         if objective is not None and not isinstance(objective, Objective):
             raise ValueError(f"objective must be a llome_jax.Objective; got {type(objective)}.")
@@ -115,6 +127,7 @@ class Llome:
         self.cfg = cfg
         self.seed = cfg.seed
         self.runtime = Runtime.build(cfg, objective) if runtime is None else runtime
+        self.candidates_dir = None if candidates_dir is None else pathlib.Path(candidates_dir)
 
     @property
     def objective(self) -> Objective:
@@ -157,11 +170,24 @@ class Llome:
     def round(
         self, state: LoopState, *, progress: bool = False
     ) -> tuple[LoopState, RoundResult | None]:
-        new_state, metrics = llome_round(state, self.runtime, self.cfg, progress=progress)
+        on_candidates = None if self.candidates_dir is None else self._write_candidates
+        new_state, metrics = llome_round(
+            state, self.runtime, self.cfg, progress=progress, on_candidates=on_candidates
+        )
         if metrics["round"] is None:
             return new_state, None
         x, v = new_state.latest()
         return new_state, RoundResult(x, v, metrics)
+
+    def _write_candidates(self, log: Mapping[str, Any]) -> None:
+        """``candidates_dir/round_NNNN.npz`` (written to a temporary file, then renamed)."""
+        assert self.candidates_dir is not None
+        self.candidates_dir.mkdir(parents=True, exist_ok=True)
+        path = self.candidates_dir / f"round_{int(log['round']):04d}.npz"
+        partial = path.with_suffix(".partial.npz")
+        arrays = {k: np.asarray(v) for k, v in log.items() if k != "loss"}
+        np.savez_compressed(partial, loss=np.asarray(str(log["loss"])), **arrays)
+        partial.replace(path)
 
     def round_index(self, state: LoopState) -> int:
         return state.round_index
@@ -212,15 +238,18 @@ def run(
     *,
     runtime: Runtime | None = None,
     objective: Objective | None = None,
+    log_candidates: bool = False,
     **options: Any,
 ) -> RunResult[LoopState]:
     """Run (or resume) LLOME into the run directory ``out``: :func:`llome_jax.runner.run` (its
     ``options``: ``resume``, ``progress``, ``max_rounds_this_call``, ``log``, ``extra_config``,
     ``trackers``) with the :class:`Llome` plug-in, on ``runtime`` if given (else one built for
-    ``cfg``), on ``objective`` if given (else ``cfg.function``).
+    ``cfg``), on ``objective`` if given (else ``cfg.function``); ``log_candidates`` writes each
+    round's candidates to ``out/candidates/round_NNNN.npz`` (module docstring).
 
     Raises:
       ValueError / FileNotFoundError: bad configuration or objective, or ``resume`` on a
         directory holding a different configuration; nothing is written then.
     """
-    return run_rounds(Llome(cfg, runtime, objective), out, **options)
+    candidates = pathlib.Path(out) / "candidates" if log_candidates else None
+    return run_rounds(Llome(cfg, runtime, objective, candidates_dir=candidates), out, **options)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -30,13 +31,45 @@ from llome_jax.llome.runtime import Runtime, model_with
 from llome_jax.llome.state import STOP_REASONS, LoopState, found_optimum, stop_message
 from llome_jax.runner import progress_bar
 
-__all__ = ["llome_round"]
+__all__ = ["CANDIDATE_FIELDS", "llome_round"]
+
+#: The arrays of one round's candidate log (``on_candidates``), ``M`` = the round's unique valid
+#: candidates (before the Filter): ``sequences`` / ``inputs`` int32 ``[M, L]``,
+#: ``log_likelihood`` / ``log_likelihood_raw`` float32 ``[M]`` (mean per-token log-prob, processed
+#: and raw), ``iteration`` int32 ``[M]`` (1-based refinement iteration), ``temperature`` float32
+#: ``[M]`` (0 = greedy), ``seed_index`` int32 ``[M]``, ``feasible`` bool ``[M]``, ``selected``
+#: bool ``[M]`` (chosen by the Filter, i.e. labelled), ``values`` float32 ``[M]`` (``f(x)``; for
+#: an Ehrlich function every candidate, a diagnostic that is not counted as oracle budget; for
+#: another objective only the selected rows, NaN elsewhere), plus the scalars ``round`` and
+#: ``loss``.
+CANDIDATE_FIELDS = (
+    "sequences",
+    "inputs",
+    "log_likelihood",
+    "log_likelihood_raw",
+    "iteration",
+    "temperature",
+    "seed_index",
+    "feasible",
+    "selected",
+    "values",
+)
 
 
 def llome_round(
-    state: LoopState, rt: Runtime, cfg: LoopConfig, *, progress: bool = False
+    state: LoopState,
+    rt: Runtime,
+    cfg: LoopConfig,
+    *,
+    progress: bool = False,
+    on_candidates: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[LoopState, dict[str, Any]]:
     """One LLOME round (module docstring). Deterministic in ``(state, cfg)``; ``state`` is kept.
+
+    ``on_candidates`` (optional, off by default) is called once, after the round's oracle calls,
+    with the round's candidates before the Filter (:data:`CANDIDATE_FIELDS`: likelihoods,
+    refinement iteration, Filter choice, values); it changes nothing else in the round (the
+    paper's Figs. "calibration", "iterative refinement" and "candidate selection" need it).
 
     Returns:
       ``(new_state, metrics)``; ``metrics`` holds the ``rounds.jsonl`` fields (except
@@ -145,6 +178,11 @@ def llome_round(
         new_v = np.zeros((0,), np.float32)
     times["time_oracle"] = time.perf_counter() - t
 
+    if on_candidates is not None:
+        on_candidates(
+            _candidate_log(r, loss, objective, refined, candidates, chosen.indices, new_v)
+        )
+
     # Diagnostic only (not oracle budget, never fed back): reward of each labelled edit.
     inputs = np.asarray(refined.inputs)[chosen.indices]
     rewards = _edit_rewards(objective, inputs, new_v, state)
@@ -209,6 +247,40 @@ def llome_round(
         **times,
     )
     return new_state, metrics
+
+
+def _candidate_log(
+    r: int,
+    loss: str,
+    objective: Any,
+    refined: Any,
+    candidates: np.ndarray,
+    chosen: np.ndarray,
+    new_v: np.ndarray,
+) -> dict[str, Any]:
+    """The ``on_candidates`` record of round ``r`` (:data:`CANDIDATE_FIELDS`)."""
+    m = candidates.shape[0]
+    selected = np.zeros(m, bool)
+    selected[np.asarray(chosen, np.int64)] = True
+    if objective.is_ehrlich and m:
+        values = np.asarray(objective(candidates.astype(np.int32)), np.float32)
+    else:
+        values = np.full(m, np.nan, np.float32)
+        values[np.asarray(chosen, np.int64)] = new_v
+    return {
+        "round": r,
+        "loss": loss,
+        "sequences": candidates.astype(np.int32),
+        "inputs": np.asarray(refined.inputs, np.int32),
+        "log_likelihood": np.asarray(refined.log_likelihood, np.float32),
+        "log_likelihood_raw": np.asarray(refined.log_likelihood_raw, np.float32),
+        "iteration": np.asarray(refined.iteration, np.int32),
+        "temperature": np.asarray(refined.temperature, np.float32),
+        "seed_index": np.asarray(refined.seed_index, np.int32),
+        "feasible": np.asarray(refined.feasible, bool),
+        "selected": selected,
+        "values": values,
+    }
 
 
 def _edit_rewards(objective: Any, inputs: np.ndarray, new_v: np.ndarray, state: LoopState):

@@ -1,0 +1,132 @@
+"""experiments/paper.py, the paper-figures driver: a tiny plan end to end, resume, skip,
+``--report-only``, ``--dry-run`` and bad arguments (GA runs only, so it stays fast)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import importlib.util
+import json
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def paper():
+    spec = importlib.util.spec_from_file_location("paper_driver", ROOT / "experiments" / "paper.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["paper_driver"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tiny(paper, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The smoke scale on f2 only (fig. 1 with ``--methods GA`` is then one GA run)."""
+    tiny = dataclasses.replace(paper.SCALES["smoke"], functions=("f2",))
+    monkeypatch.setitem(paper.SCALES, "smoke", tiny)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--scale", "huge"], "unknown scale 'huge'"),
+        (["--only", "11"], "unknown figure '11'"),
+        (["--only", "calibrate"], "unknown figure 'calibrate'"),
+        (["--methods", "GA,BO"], "unknown method 'BO'"),
+    ],
+)
+def test_bad_arguments_are_refused_clearly(
+    paper, argv: list[str], message: str, tmp_path: pathlib.Path, capsys
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        paper.main([*argv, "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_lists_the_cpu_plan_and_writes_nothing(
+    paper, tmp_path: pathlib.Path, capsys
+) -> None:
+    assert paper.main(["--scale", "cpu", "--dry-run", "--out", str(tmp_path / "out")]) == 0
+    text = capsys.readouterr().out
+    plan = paper.build_plan(paper.SCALES["cpu"], list(paper.METHODS), list(paper.FIGURES))
+    lines = [line for line in text.splitlines() if line.startswith("  ") and "/" in line]
+    assert len(lines) == len(plan)
+    # 3 seeds on f2, 1 of each expensive method on f1, f3, f4; the GA everywhere 3 seeds
+    names = {spec.name for spec in plan}
+    assert {f"f2/LLOME-MargE_seed{s}" for s in range(3)} <= names
+    assert "f3/LaMBO-2_seed0" in names and "f3/LaMBO-2_seed1" not in names
+    assert {f"f4/GA_seed{s}" for s in range(3)} <= names
+    assert {f"f2/LLOME-SFT3-MargE7_seed{s}" for s in range(3)} <= names
+    assert "f2/LLOME-REINFORCE_seed2" in names
+    minutes = {line.split()[0]: float(line.split()[2]) for line in text.splitlines()[1:-1]}
+    hours = float(text.split("estimated total: ")[1].split(" h")[0])
+    assert hours == pytest.approx(sum(minutes.values()) / 60, abs=0.01)
+    # a LaMBO-2 cpu run on L = 128 is ~2.5-3 h, one on f2 ~23 min
+    assert all(minutes[f"{f}/LaMBO-2_seed0"] >= 150 for f in ("f1", "f3", "f4"))
+    assert 15 <= minutes["f2/LaMBO-2_seed0"] <= 40
+    assert not (tmp_path / "out").exists()
+
+
+def test_tiny_plan_runs_resumes_skips_and_redraws(
+    paper, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from llome_jax import ga_optimizer
+
+    _tiny(paper, monkeypatch)
+    out = tmp_path / "paper"
+    argv = [
+        "--scale",
+        "smoke",
+        "--only",
+        "1",
+        "--methods",
+        "ga",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    # an interrupted run: round 0 only, no done.json; the driver must resume it
+    scale = paper.SCALES["smoke"]
+    (spec,) = paper.build_plan(scale, ["GA"], ["solver"])
+    run_dir = out / "runs" / spec.name
+    cfg = paper._ga_config(spec, scale, paper._llome_config(spec, scale))
+    ga_optimizer.run(cfg, run_dir, progress=False, max_rounds_this_call=0)
+    assert not (run_dir / "done.json").exists()
+
+    assert paper.main(argv) == 0
+    assert "f2/GA_seed0: resumed" in capsys.readouterr().out
+    rounds = [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rounds] == list(range(cfg.rounds + 1))
+    assert json.loads((run_dir / "done.json").read_text())["last_round"] == cfg.rounds
+
+    # solver.csv: the GA's min regret at the budget, as rounds.jsonl says
+    with open(out / "solver.csv", newline="") as stream:
+        (row,) = list(csv.DictReader(stream))
+    budget = int(row["budget"])
+    expected = min(r["min_regret"] for r in rounds if r["num_evaluations"] <= budget)
+    assert row["method"] == "GA" and row["function"] == "f2"
+    assert float(row["median_min_regret"]) == pytest.approx(expected)
+    report = (out / "report.md").read_text()
+    assert "## 1. Solver regret comparison" in report and "**Paper:**" in report
+    assert "inconclusive at this scale" in report  # one method, one seed
+    assert (out / "solver.png").stat().st_size > 0
+
+    # a second invocation skips the finished run and writes the same CSV, byte for byte
+    first = (out / "solver.csv").read_bytes()
+    assert paper.main(argv) == 0
+    assert "f2/GA_seed0: skipped" in capsys.readouterr().out
+    assert (out / "solver.csv").read_bytes() == first
+
+    # --report-only redraws from the run directories without running anything
+    (out / "solver.csv").unlink()
+    (out / "report.md").unlink()
+    assert paper.main([*argv, "--report-only"]) == 0
+    assert "f2/GA_seed0" not in capsys.readouterr().out
+    assert (out / "solver.csv").read_bytes() == first
+    assert (out / "report.md").exists()
