@@ -7,7 +7,10 @@ A run directory holds
 * ``evaluated.csv`` — every labelled sequence: ``round,sequence,value`` (sequence as a quoted
   comma-separated list, value as a float with ``-inf`` for infeasible);
 * ``regret.png`` — minimum simple regret vs number of oracle evaluations;
-* ``checkpoints/`` — orbax checkpoints (written by the optimizer).
+* ``checkpoints/`` — orbax checkpoints (written by the optimizer);
+* ``.lock`` — an empty file that a running process holds an exclusive ``flock`` on
+  (``create(..., lock=True)``, as the round driver does), so a second process started on the same
+  directory stops with a clear error before it writes anything.
 
 so that results of different optimizers can be compared file for file. Metrics follow the paper
 (Sec. 4.2): ``regret(x) = 1 - f(x)``; ``min_regret`` is over every labelled sequence so far,
@@ -120,16 +123,44 @@ def _json_float(value: Any) -> Any:
     return value
 
 
+class RunDirectoryInUseError(RuntimeError):
+    """Another process holds the run directory's lock (it is running or resuming that run)."""
+
+
+def _acquire_lock(directory: pathlib.Path) -> Any:
+    """An open file on ``directory/.lock`` with an exclusive, non-blocking ``flock`` on it.
+
+    Raises:
+      RunDirectoryInUseError: when another open file (another process) holds the lock.
+    """
+    try:
+        import fcntl
+    except ImportError:  # no flock on this platform: no protection, as before
+        return None
+    handle = open(directory / RunDirectory.LOCK, "a")  # held open for the run
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise RunDirectoryInUseError(
+            f"{directory} is in use: another process is running or resuming this run (it holds "
+            f"{directory / RunDirectory.LOCK}). Wait for it to finish or stop it, then --resume."
+        ) from None
+    return handle
+
+
 @dataclasses.dataclass
 class RunDirectory:
     """A run directory (see the module docstring). Create it with :meth:`create`."""
 
     path: pathlib.Path
+    lock_handle: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     CONFIG = "config.json"
     ROUNDS = "rounds.jsonl"
     EVALUATED = "evaluated.csv"
     REGRET_PLOT = "regret.png"
+    LOCK = ".lock"
 
     @classmethod
     def create(
@@ -141,6 +172,7 @@ class RunDirectory:
         mutable_keys: Sequence[str] = ("rounds", "generations", "resume", "out"),
         legacy_values: Mapping[str, Any] | None = None,
         upgrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        lock: bool = False,
     ) -> RunDirectory:
         """Open a run directory.
 
@@ -156,10 +188,14 @@ class RunDirectory:
             resume with their old behaviour, and refuse a new one).
           upgrade: turns a saved ``config.json`` written by an earlier version into today's form
             (after ``legacy_values``), before the comparison.
+          lock: hold an exclusive lock on the directory until :meth:`release` (taken after the
+            checks, before ``config.json`` is written).
 
         Raises:
           ValueError: on a configuration mismatch or an existing run without ``resume``; nothing is
             written in that case.
+          RunDirectoryInUseError: ``lock`` while another process holds the lock; nothing is written
+            but the empty lock file.
         """
         directory = pathlib.Path(path)
         config = _normalise(dict(config))
@@ -192,8 +228,15 @@ class RunDirectory:
                 f"{directory} already holds a run; pass --resume to continue it or choose another --out."
             )
         directory.mkdir(parents=True, exist_ok=True)
+        handle = _acquire_lock(directory) if lock else None
         atomic_write_text(config_path, json.dumps(config, indent=1, sort_keys=True) + "\n")
-        return cls(directory)
+        return cls(directory, handle)
+
+    def release(self) -> None:
+        """Release the lock taken by ``create(..., lock=True)`` (a no-op without one)."""
+        if self.lock_handle is not None:
+            self.lock_handle.close()  # closing the file drops its flock
+            self.lock_handle = None
 
     # ------------------------------------------------------------------ paths
     @property

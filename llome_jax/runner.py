@@ -160,10 +160,11 @@ def run(
     Raises:
       ValueError: ``resume`` on a directory holding a different configuration, or a new run in a
         directory that holds one; nothing is written then.
+      rundir.RunDirectoryInUseError: another process is running in ``out`` (it holds the directory's
+        lock); nothing is written then.
     """
-    from llome_jax.checkpoint import CheckpointManager
     from llome_jax.provenance import provenance
-    from llome_jax.rundir import RunDirectory, _normalise
+    from llome_jax.rundir import RunDirectory
 
     config = {"optimizer": optimizer.name, **optimizer.config_dict(), **dict(extra_config or {})}
     saved = pathlib.Path(out) / RunDirectory.CONFIG
@@ -177,7 +178,29 @@ def run(
         resume=resume,
         mutable_keys=("rounds", "resume", "out", "provenance"),
         upgrade=optimizer.upgrade_config,
+        lock=True,
     )
+    try:
+        return _run_rounds(
+            optimizer, run_dir, resume, progress, max_rounds_this_call, log, trackers
+        )
+    finally:
+        run_dir.release()
+
+
+def _run_rounds(
+    optimizer: RoundOptimizer[State],
+    run_dir: Any,
+    resume: bool,
+    progress: bool,
+    max_rounds_this_call: int | None,
+    log: Callable[[str], None],
+    trackers: Sequence[Any],
+) -> RunResult[State]:
+    """The body of :func:`run` once ``run_dir`` is open and locked."""
+    from llome_jax.checkpoint import CheckpointManager
+    from llome_jax.rundir import _normalise
+
     records: list[dict[str, Any]] = []
 
     def log_round(record: dict[str, Any]) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import json
 import pathlib
+import subprocess
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +18,7 @@ import pytest
 
 from llome_jax import runner
 from llome_jax.metrics import round_metrics
+from llome_jax.rundir import RunDirectoryInUseError
 
 
 class Countdown:
@@ -108,6 +111,36 @@ def test_interrupted_run_resumes_to_the_same_files(tmp_path):
         runner.run(Countdown(rounds=3, seed=1), tmp_path / "part", resume=True, progress=False)
     with pytest.raises(ValueError, match="already holds a run"):
         runner.run(Countdown(rounds=3), tmp_path / "part", progress=False)
+
+
+def test_a_second_process_on_a_running_directory_stops_before_writing(tmp_path):
+    """Two processes resuming one run directory would both roll back, label and append (seen in
+    practice: a duplicate round in rounds.jsonl, then a checkpoint-order error). While another
+    process holds the directory's lock, ``run`` refuses and leaves every file as it was."""
+    part = tmp_path / "part"
+    runner.run(Countdown(rounds=3), part, progress=False, max_rounds_this_call=1)
+    before = {p.name: p.read_bytes() for p in part.iterdir() if p.is_file()}
+    holder = subprocess.Popen(  # another process, holding the lock as a running run does
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('held', flush=True); sys.stdin.read()",
+            str(part / ".lock"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunDirectoryInUseError, match="in use"):
+            runner.run(Countdown(rounds=3), part, resume=True, progress=False)
+        assert {p.name: p.read_bytes() for p in part.iterdir() if p.is_file()} == before
+    finally:
+        holder.communicate("")
+    resumed = runner.run(Countdown(rounds=3), part, resume=True, progress=False)
+    assert [r["round"] for r in resumed.records] == [2, 3]  # free again once the holder exits
 
 
 def test_print_config_shows_what_a_run_records(tmp_path, capsys):
