@@ -200,6 +200,15 @@ class RunSpec:
         return f"{slug}/{self.method}_seed{self.seed}"
 
 
+def _save(figure: Any, path: pathlib.Path) -> None:
+    """Lay out, write (no software tag, so reruns are byte-identical) and close a figure."""
+    import matplotlib.pyplot as plt
+
+    figure.tight_layout()
+    figure.savefig(path, metadata={"Software": None})
+    plt.close(figure)
+
+
 def _length(function: str) -> int:
     from llome_jax import ehrlich
 
@@ -490,9 +499,7 @@ def _plot_curves(
         axis.set_xlabel(xlabel)
         axis.grid(alpha=0.3)
     axes[0][0].set_ylabel("min simple regret")
-    figure.tight_layout()
-    figure.savefig(path, metadata={"Software": None})
-    plt.close(figure)
+    _save(figure, path)
 
 
 def _spearman(x: np.ndarray, y: np.ndarray) -> float:
@@ -640,9 +647,7 @@ def figure_diversity(ctx: Context) -> tuple[str, str]:
         axis.set_xlabel("oracle labels")
         axis.grid(alpha=0.3)
     axes[0].legend(fontsize=6)
-    figure.tight_layout()
-    figure.savefig(ctx.out / "diversity.png", metadata={"Software": None})
-    plt.close(figure)
+    _save(figure, ctx.out / "diversity.png")
     header = ["method", "seed", "round", "num_evaluations", "frac_unique", "frac_feasible"]
     _write_csv(ctx.out / "diversity.csv", header, rows)
     table = [
@@ -714,9 +719,7 @@ def _plot_calibration(path: pathlib.Path, rows: list) -> None:
     axis.grid(alpha=0.3)
     if rows:
         axis.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, metadata={"Software": None})
-    plt.close(figure)
+    _save(figure, path)
 
 
 def _rho_verdict(
@@ -836,9 +839,7 @@ def figure_refinement(ctx: Context) -> tuple[str, str]:
     axis.grid(alpha=0.3)
     if means:
         axis.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(ctx.out / "refinement.png", metadata={"Software": None})
-    plt.close(figure)
+    _save(figure, ctx.out / "refinement.png")
     table = [[m, " -> ".join(f"{v:.3f}" for v in vals)] for m, vals in means.items()]
     verdicts = []
     for m, vals in means.items():
@@ -920,9 +921,7 @@ def figure_selection(ctx: Context) -> tuple[str, str]:
     axis.grid(alpha=0.3)
     if rows:
         axis.legend(fontsize=6)
-    figure.tight_layout()
-    figure.savefig(ctx.out / "selection.png", metadata={"Software": None})
-    plt.close(figure)
+    _save(figure, ctx.out / "selection.png")
     if len(rows) < 2:
         return _table(
             header, rows
@@ -1087,9 +1086,7 @@ def figure_difficulty_pareto(ctx: Context) -> tuple[str, str]:
         axes[1].legend(fontsize=6)
     for axis in axes:
         axis.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(ctx.out / "difficulty_pareto.png", metadata={"Software": None})
-    plt.close(figure)
+    _save(figure, ctx.out / "difficulty_pareto.png")
     parts.append(
         _table(
             [
