@@ -11,8 +11,9 @@ prints, per round, the seconds spent in each phase:
 
 plus generated sequences per second, and writes ``benchmarks/results/llome_round.json``.
 Usage: ``python benchmarks/llome_round.py [--preset cpu] [--rounds 2] [--function f2]
-[--variant compact:text_format=compact]`` (variants run after the preset in the same process, so
-before/after are measured side by side).
+[--variant compact:text_format=compact] [--set KEY=VALUE]`` (variants run after the preset in the
+same process, so before/after are measured side by side; ``--set`` changes the preset itself, for
+before/after in separate processes, each paying its own compilation).
 """
 
 from __future__ import annotations
@@ -87,6 +88,13 @@ def main() -> None:
         "the preset itself, e.g. compact:text_format=compact",
     )
     parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a setting of the preset itself (repeatable), e.g. refine.share_prompts=false",
+    )
+    parser.add_argument(
         "--out", default=str(pathlib.Path(__file__).parent / "results" / "llome_round.json")
     )
     args = parser.parse_args()
@@ -103,6 +111,8 @@ def main() -> None:
         seed=args.seed,
         schedule=loop.schedule_for_loss(args.loss),
     )
+    if args.set:
+        base = base.replace(**dict(configs.parse_assignment(s) for s in args.set))
     variants = {"preset": base}
     for text in args.variant:
         name, _, settings = text.partition(":")

@@ -176,11 +176,22 @@ class _RecordingGenerate:
     def __init__(self) -> None:
         self.real, self.calls = sample.generate, []
 
-    def __call__(self, key, model, ids, mask, config, temperature, mesh=None):
-        out = self.real(key, model, ids, mask, config, temperature, mesh=mesh)
+    def __call__(self, key, model, ids, mask, config, temperature, mesh=None, prompt_rows=None):
+        out = self.real(
+            key, model, ids, mask, config, temperature, mesh=mesh, prompt_rows=prompt_rows
+        )
         host = jax.tree.map(np.asarray, out)
-        self.calls.append((key, np.asarray(ids), np.asarray(mask), config, temperature, host))
+        ids, mask = _expanded(ids, mask, prompt_rows)
+        self.calls.append((key, ids, mask, config, temperature, host))
         return out
+
+
+def _expanded(ids, mask, prompt_rows):
+    """The per-row prompts of a ``generate`` call (``ids[prompt_rows]`` when prompts are shared)."""
+    ids, mask = np.asarray(ids), np.asarray(mask)
+    if prompt_rows is None:
+        return ids, mask
+    return ids[np.asarray(prompt_rows)], mask[np.asarray(prompt_rows)]
 
 
 def _recorded_refinement(monkeypatch, model, codec, fn, seeds, mesh=None):
@@ -275,6 +286,47 @@ def test_mesh_equals_single_device(run, model, codec, fn, seeds, monkeypatch):
         _assert_same(run, sharded, atol=2 * tol / min(TEMPS) + 8 * _EPS32 * ll_max)
 
 
+def test_shared_prompts_equal_one_prompt_pass_per_row(run, model, codec, fn, seeds, monkeypatch):
+    """``share_prompts`` (the default, used by the fixture's run) changes only how the prompt
+    pass is batched: against one prompt pass per row the runs agree up to a first divergence
+    that must be a near-tie (as for the mesh), and field by field without one."""
+    unshared_cfg = dataclasses.replace(RUN, share_prompts=False)
+    spy = _RecordingGenerate()
+    with monkeypatch.context() as patch:
+        patch.setattr(sample, "generate", spy)
+        unshared = iterative_refinement(
+            jax.random.key(2), model, codec, fn, seeds, TEMPS, unshared_cfg
+        )
+    shared, calls_shared = _recorded_refinement(monkeypatch, model, codec, fn, seeds)
+    _assert_same(run, shared)
+    diverged = _agree_up_to_near_ties(model, codec, len(seeds), spy.calls, calls_shared)
+    if diverged is None:
+        tol = max(_logit_tolerance(_sequence_logits(model, *c[1:3], c[-1])) for c in spy.calls)
+        ll_max = float(np.abs(run.log_likelihood).max())
+        _assert_same(unshared, shared, atol=2 * tol / min(TEMPS) + 8 * _EPS32 * ll_max)
+
+
+def test_shared_prompts_of_a_chunk():
+    """Hand-built chunks of 16 rows: the distinct prompts, padded to a bucket (16/4 = 4 rounded
+    up to 8, or 16/2 = 8), with ``ids[rows]`` giving back the chunk; ``None`` past half."""
+    from llome_jax.llome.refine import _shared_prompts
+
+    base = np.arange(5 * 3).reshape(5, 3)
+    ids = base[[4, 4, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 2, 2, 3, 3]]
+    mask = np.ones_like(ids)
+    u_ids, u_mask, rows = _shared_prompts(ids, mask, 8)
+    assert u_ids.shape == (8, 3) and u_mask.shape == (8, 3)
+    np.testing.assert_array_equal(u_ids[rows], ids)
+    np.testing.assert_array_equal(np.unique(u_ids[:5], axis=0), base)  # 5 distinct, then padding
+    many = np.arange(16 * 3).reshape(16, 3)
+    many[9:] = many[:7]  # 9 distinct rows of 16: more than half
+    assert _shared_prompts(many, np.ones_like(many), 8) is None
+    many[8] = many[0]  # 8 distinct: the B/2 bucket
+    shared = _shared_prompts(many, np.ones_like(many), 8)
+    assert shared[0].shape == (8, 3)
+    np.testing.assert_array_equal(shared[0][shared[2]], many)
+
+
 def test_untrained_model_invalid_outputs_are_counted(codec, fn, seeds):
     model = _tiny_model(codec, seed=5)
     seen = []
@@ -316,8 +368,8 @@ class ScriptedGenerate:
             p -= self.n_s * r
         raise AssertionError("padding row")
 
-    def __call__(self, key, model, ids, mask, config, temperature, mesh=None):
-        ids, temperature = np.asarray(ids), np.asarray(temperature)
+    def __call__(self, key, model, ids, mask, config, temperature, mesh=None, prompt_rows=None):
+        (ids, _), temperature = _expanded(ids, mask, prompt_rows), np.asarray(temperature)
         self.calls.append((key, ids.shape, temperature, mesh, config))
         n = config.max_new_tokens
         tokens = np.full((len(ids), n), self.codec.eos_token_id, np.int32)
@@ -547,8 +599,9 @@ def test_bpe_codec_fixed_prompt_width_vocab_limit_and_empty_result(monkeypatch):
     )
     calls = []
 
-    def fake(key, model, ids, mask, config, temperature, mesh=None):
-        calls.append((np.asarray(ids), np.asarray(mask), config))
+    def fake(key, model, ids, mask, config, temperature, mesh=None, prompt_rows=None):
+        ids, mask = _expanded(ids, mask, prompt_rows)
+        calls.append((ids, mask, config))
         b = len(ids)
         eos = jnp.zeros((b, config.max_new_tokens), jnp.int32)  # EOS = 0 at once: invalid
         zeros = jnp.zeros((b, config.max_new_tokens), jnp.float32)

@@ -342,6 +342,61 @@ def test_mesh_sharded_equals_single_device(model):
         generate(jax.random.key(8), model, ids[:6], mask[:6], cfg, mesh=mesh)
 
 
+@pytest.mark.parametrize("devices", [1, 8])
+def test_shared_prompts_equal_expanded_prompts(model, devices):
+    """``prompt_rows``: each distinct prompt's prefix is computed once and its KV cache copied to
+    the rows that continue it; the rows then decode exactly as the expanded prompts would (the
+    sampling noise depends on the row, not on the prompt pass). Rows 0, 1 and 6 share prompt 0
+    (two temperatures and greedy), prompt 2 is unused."""
+    ids, mask = _prompts(batch=4)
+    rows = np.array([0, 0, 1, 3, 3, 1, 0, 3], np.int32)
+    temps = np.array([0.7, 1.3, 0.0, 1.0, 1.0, 2.0, 0.0, 0.5], np.float32)
+    cfg = SampleConfig(max_new_tokens=N, top_k=5, stop_token_ids=(3,))
+    mesh = None if devices == 1 else parallel.make_mesh(devices)
+    expanded = generate(jax.random.key(4), model, ids[rows], mask[rows], cfg, temperature=temps)
+    shared = generate(
+        jax.random.key(4), model, ids, mask, cfg, temperature=temps, mesh=mesh, prompt_rows=rows
+    )
+    logits = _assert_decisions_robust(
+        jax.random.key(4), model, ids[rows], mask[rows], expanded, temps, cfg
+    )
+    for name in ("tokens", "lengths", "stopped"):
+        np.testing.assert_array_equal(
+            np.asarray(getattr(shared, name)), np.asarray(getattr(expanded, name))
+        )
+    # the prefix is computed on a smaller batch (and, on 8 devices, replicated): reduction orders
+    # may change, so log-softmax(z / T) at the tokens moves by at most 2 x (logit tolerance) / T
+    atol = 2 * _logit_tolerance(logits) / np.where(temps > 0, temps, 1.0).min()
+    for name in ("logprobs", "logprobs_raw"):
+        np.testing.assert_allclose(
+            np.asarray(getattr(shared, name)), np.asarray(getattr(expanded, name)), atol=atol
+        )
+
+
+@pytest.mark.parametrize(
+    ("prompt_rows", "temperature", "match"),
+    [
+        (np.array([0, 4]), 1.0, "values in \\[0, 4\\)"),
+        (np.array([-1, 0]), 1.0, "values in"),
+        (np.zeros((2, 2), int), 1.0, "non-empty int \\[B\\]"),
+        (np.array([0.0, 1.0]), 1.0, "non-empty int"),
+        (np.array([0, 1, 1]), np.ones(4), "temperature must be a scalar or shape \\(3,\\)"),
+    ],
+)
+def test_prompt_rows_validation(model, prompt_rows, temperature, match):
+    ids, mask = _prompts(batch=4)
+    with pytest.raises(ValueError, match=match):
+        generate(
+            jax.random.key(0),
+            model,
+            ids,
+            mask,
+            SampleConfig(max_new_tokens=2),
+            temperature=temperature,
+            prompt_rows=prompt_rows,
+        )
+
+
 def test_no_recompilation_for_new_keys_and_temperatures(model):
     from llome_jax.lm import sample
 

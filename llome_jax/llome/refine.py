@@ -13,7 +13,8 @@ so ``num_generated = n_s * n_i * (1 + |T| n_o)`` (122,000 with the paper's ``n_s
 n_i = 10, n_o = 10, |T| = 6``). All trajectories advance together: one iteration is ONE batched
 :func:`llome_jax.lm.sample.generate` call over every (trajectory, sample) row with a per-row
 temperature (``0`` = greedy), split into equal fixed-shape chunks of at most
-``config.batch_size`` rows (so it compiles once; see ``_chunking``). Outputs are cut at the first
+``config.batch_size`` rows (so it compiles once; see ``_chunking``); within a chunk the prompt
+pass runs once per distinct prompt (``share_prompts``). Outputs are cut at the first
 ``]`` token, parsed and validated by the
 :class:`~llome_jax.lm.tokenizer.SequenceCodec`; invalid outputs are counted, never kept, never
 chosen as the next input (a trajectory keeps its prompt when nothing valid came out).
@@ -81,6 +82,9 @@ class RefineConfig:
       next_input: ``"paper"`` (best output of this iteration) or ``"reference"`` (best so far).
       selection_likelihood: likelihood ranking the outputs for the next input: ``"raw"``
         (``pi_theta``, paper) or ``"processed"`` (temperature/top-k log-probs, authors' code).
+      share_prompts: run the prompt pass once per distinct prompt of a chunk and copy its KV
+        cache to the rows that continue it (the ``n_o`` samples of a trajectory share their
+        input; ``generate(..., prompt_rows=...)``). Same outputs; off = one prompt pass per row.
     """
 
     num_iterations: int = 10
@@ -90,6 +94,7 @@ class RefineConfig:
     batch_size: int = 1024
     next_input: str = "paper"
     selection_likelihood: str = "raw"
+    share_prompts: bool = True
 
     def __post_init__(self) -> None:
         if self.num_iterations < 1:
@@ -190,6 +195,24 @@ def _chunking(rows: int, batch_size: int, devices: int) -> tuple[int, int]:
     num_chunks = -(-rows // b)
     chunk = math.ceil(math.ceil(rows / num_chunks) / m) * m
     return chunk, math.ceil(rows / chunk)
+
+
+def _shared_prompts(
+    ids: np.ndarray, mask: np.ndarray, multiple: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The distinct prompts of one chunk: ``(ids [U', P], mask [U', P], rows [B])`` with
+    ``ids[rows] == chunk ids``, or ``None`` when sharing would not pay (more than half distinct).
+
+    ``U'`` is a bucket, ``B / 4`` or ``B / 2`` rounded up to ``multiple``, so that at most two
+    extra shapes compile; the bucket's spare rows repeat prompt 0 and are never referenced.
+    """
+    b = ids.shape[0]
+    distinct, first, rows = np.unique(ids, axis=0, return_index=True, return_inverse=True)
+    for bucket in (math.ceil(b / 4 / multiple) * multiple, math.ceil(b / 2 / multiple) * multiple):
+        if distinct.shape[0] <= bucket < b:
+            take = np.concatenate([first, np.full(bucket - first.size, first[0])])
+            return ids[take], mask[take], rows.reshape(-1).astype(np.int32)
+    return None
 
 
 def _validate(codec: Any, fn: Any, seeds: Any, temperatures: Any, config: Any) -> tuple:
@@ -297,18 +320,27 @@ def iterative_refinement(
         key_it = jax.random.fold_in(key, it)
         prompt_ids, prompt_mask = codec.encode_prompts(inputs)
         ids, mask = prompt_ids[gen_traj], prompt_mask[gen_traj]
-        outs = [
-            generate(
-                jax.random.fold_in(key_it, c),
-                model,
-                ids[c * chunk : (c + 1) * chunk],
-                mask[c * chunk : (c + 1) * chunk],
-                sample_config,
-                gen_temp[c * chunk : (c + 1) * chunk],
-                mesh=mesh,
+        outs = []
+        for c in range(num_chunks):  # dispatched asynchronously; gathered below
+            part = slice(c * chunk, (c + 1) * chunk)
+            shared = (
+                _shared_prompts(ids[part], mask[part], math.lcm(8, _mesh_size(mesh)))
+                if config.share_prompts
+                else None
             )
-            for c in range(num_chunks)
-        ]  # dispatched asynchronously; gathered below
+            c_ids, c_mask, c_rows = (ids[part], mask[part], None) if shared is None else shared
+            outs.append(
+                generate(
+                    jax.random.fold_in(key_it, c),
+                    model,
+                    c_ids,
+                    c_mask,
+                    sample_config,
+                    gen_temp[part],
+                    mesh=mesh,
+                    prompt_rows=c_rows,
+                )
+            )
         tokens = np.concatenate([np.asarray(o.tokens) for o in outs])[:rows]
         logp = np.concatenate([np.asarray(o.logprobs) for o in outs])[:rows]
         logp_raw = np.concatenate([np.asarray(o.logprobs_raw) for o in outs])[:rows]

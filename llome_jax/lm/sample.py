@@ -21,6 +21,8 @@ run once through the model writing a KV cache with ``P + max_new_tokens`` slots
 (:meth:`Pythia.hidden`); the head is applied to the last position only. Then a
 ``lax.while_loop`` samples one token and runs one cached step per iteration (``T = 1`` query
 against all slots, the new key/value written in place with ``dynamic_update_slice``). With
+``prompt_rows`` the prompt pass runs on the distinct prompts only and their caches are gathered
+to the rows that continue them (iterative refinement draws ``n_o`` samples per prompt). With
 ``mesh`` the batch is split over the mesh's ``"data"`` axis and the parameters replicated;
 sampling keys are ``fold_in(key, step)`` and random bits are sharding-invariant, so the sharded
 result equals the single-device one.
@@ -162,19 +164,25 @@ def _generate_core(
     prompt_mask: jax.Array,
     temperature: jax.Array,
     config: SampleConfig,
+    prompt_rows: jax.Array | None = None,
 ) -> Generation:
     model = nnx.merge(graphdef, state)
-    b, p = prompt_ids.shape
+    u, p = prompt_ids.shape
     n = config.max_new_tokens
     slots = p + n
     prompt_mask = prompt_mask.astype(jnp.int32)
-    slot_valid = jnp.concatenate([prompt_mask, jnp.ones((b, n), jnp.int32)], axis=1)
+    slot_valid = jnp.concatenate([prompt_mask, jnp.ones((u, n), jnp.int32)], axis=1)
     positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=1) - 1, 0)
     num_real = jnp.sum(prompt_mask, axis=1)
-    cache = model.init_cache(b, slots)
+    cache = model.init_cache(u, slots)
     mask = attention_mask_for(slot_valid, jnp.arange(p))
     h, cache = model.hidden(prompt_ids, mask, positions, cache, 0)
     logits = model.logits(h[:, -1])
+    if prompt_rows is not None:  # each distinct prompt's prefix was computed once: fan it out
+        cache, logits, slot_valid, num_real = jax.tree.map(
+            lambda a: jnp.take(a, prompt_rows, axis=0), (cache, logits, slot_valid, num_real)
+        )
+    b = logits.shape[0]
     greedy = temperature <= 0
     stop_ids = jnp.asarray(config.stop_token_ids or (-1,), jnp.int32)
 
@@ -231,9 +239,27 @@ def _sharded_core(mesh: Mesh) -> Any:
     )
 
 
+@functools.lru_cache(maxsize=16)
+def _sharded_core_shared_prompts(mesh: Mesh) -> Any:
+    # the distinct prompts are replicated (every device computes their prefixes), rows sharded
+    repl = parallel.replicated_sharding(mesh)
+    data = parallel.batch_sharding(mesh)
+    return jax.jit(
+        _generate_core,
+        static_argnames=("graphdef", "config"),
+        in_shardings=(repl, repl, repl, repl, data, data),
+        out_shardings=data,
+    )
+
+
 def _validate(
-    model: Any, prompt_ids: Any, prompt_mask: Any, config: SampleConfig, temperature: Any
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    model: Any,
+    prompt_ids: Any,
+    prompt_mask: Any,
+    config: SampleConfig,
+    temperature: Any,
+    prompt_rows: Any = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     if not isinstance(config, SampleConfig):
         raise ValueError(f"config must be a SampleConfig, got {type(config).__name__}")
     ids = np.asarray(prompt_ids)
@@ -265,16 +291,24 @@ def _validate(
     for token in (*config.stop_token_ids, config.pad_token_id):
         if not 0 <= token < vocab:
             raise ValueError(f"stop/pad token id {token} outside the vocabulary [0, {vocab})")
+    rows = None
+    b = ids.shape[0]
+    if prompt_rows is not None:
+        rows = np.asarray(prompt_rows)
+        if rows.ndim != 1 or rows.size == 0 or not np.issubdtype(rows.dtype, np.integer):
+            raise ValueError(f"prompt_rows must be a non-empty int [B] array, got {rows.shape}")
+        if rows.min() < 0 or rows.max() >= b:
+            raise ValueError(f"prompt_rows must index the {b} prompts: values in [0, {b})")
+        rows = rows.astype(np.int32)
+        b = rows.size
     temp = np.asarray(temperature, np.float32)
     if temp.ndim == 0:
-        temp = np.full((ids.shape[0],), temp, np.float32)
-    if temp.shape != (ids.shape[0],):
-        raise ValueError(
-            f"temperature must be a scalar or shape ({ids.shape[0]},), got {temp.shape}"
-        )
+        temp = np.full((b,), temp, np.float32)
+    if temp.shape != (b,):
+        raise ValueError(f"temperature must be a scalar or shape ({b},), got {temp.shape}")
     if not np.isfinite(temp).all():
         raise ValueError("temperature must be finite (<= 0 means greedy)")
-    return ids.astype(np.int32), mask.astype(np.int32), temp
+    return ids.astype(np.int32), mask.astype(np.int32), temp, rows
 
 
 def generate(
@@ -285,6 +319,7 @@ def generate(
     config: SampleConfig,
     temperature: float | jax.Array = 1.0,
     mesh: Mesh | None = None,
+    prompt_rows: Any = None,
 ) -> Generation:
     """Decode up to ``config.max_new_tokens`` tokens for every left-padded prompt.
 
@@ -297,6 +332,13 @@ def generate(
       temperature: scalar or f32 ``[B]``; ``<= 0`` means greedy for that row, so one batch can
         mix greedy rows and several temperatures.
       mesh: optional data-parallel mesh; ``B`` must divide over its ``"data"`` axis.
+      prompt_rows: optional int ``[B]``: output row ``b`` continues prompt ``prompt_rows[b]``
+        (HF's ``num_return_sequences``, generalised). The prompt pass then runs once per given
+        prompt (``prompt_ids`` is ``[U, P]``, e.g. the distinct prompts) and its KV cache is
+        copied to the rows, so rows that share a prompt do not recompute it; ``B`` (the batch
+        of the outputs, the temperatures and the sampling) is ``len(prompt_rows)``. The result
+        equals the call on the expanded prompts ``prompt_ids[prompt_rows]`` (tested).
+        With a mesh the prompts are replicated and every device computes all ``U`` prefixes.
 
     Returns:
       :class:`Generation` (arrays ``[B, N]`` / ``[B]``).
@@ -304,12 +346,21 @@ def generate(
     Raises:
       ValueError: on malformed inputs (checked before anything is compiled).
     """
-    ids, mask, temp = _validate(model, prompt_ids, prompt_mask, config, temperature)
+    ids, mask, temp, rows = _validate(
+        model, prompt_ids, prompt_mask, config, temperature, prompt_rows
+    )
     graphdef, state = nnx.split(model)
     if mesh is None:
-        return _jitted_core(graphdef, state, key, ids, mask, temp, config)
-    parallel.check_batch_divisible((ids, mask, temp), mesh)
+        return _jitted_core(graphdef, state, key, ids, mask, temp, config, rows)
     state = parallel.replicate(state, mesh)
     key = parallel.replicate(key, mesh)
+    if rows is not None:
+        parallel.check_batch_divisible((rows, temp), mesh)
+        ids, mask = parallel.replicate((ids, mask), mesh)
+        temp, rows = parallel.shard_batch((temp, rows), mesh)
+        return _sharded_core_shared_prompts(mesh)(
+            graphdef, state, key, ids, mask, temp, config, rows
+        )
+    parallel.check_batch_divisible((ids, mask, temp), mesh)
     ids, mask, temp = parallel.shard_batch((ids, mask, temp), mesh)
     return _sharded_core(mesh)(graphdef, state, key, ids, mask, temp, config)
