@@ -1,5 +1,7 @@
-"""The paper's figures at laptop scale: one resumable command that runs every experiment and
-writes ``report.md`` (issue 16).
+"""The paper's figures at laptop scale: runs every experiment (resumable) and writes report.md.
+
+One command runs every experiment behind the paper's figures and writes ``report.md`` with a PNG
+and a CSV per figure (issue 16).
 
     python experiments/paper.py --scale smoke --out results/paper          # every figure, minutes
     python experiments/paper.py --scale cpu --out results/paper_cpu --dry-run   # the plan and its cost
