@@ -78,6 +78,13 @@ def test_flat_llome_config_json_reads_as_the_nested_configuration():
     assert older["finetune"]["sft_batch_size"] is None
     nested = now.to_dict()
     assert upgrade_saved_config(nested) == nested
+    # a nested configuration saved before refine.share_prompts existed (a speed-only setting)
+    before = {
+        **nested,
+        "refine": {k: v for k, v in nested["refine"].items() if k != "share_prompts"},
+    }
+    assert "share_prompts" not in before["refine"]
+    assert upgrade_saved_config(before) == nested
 
 
 def test_log_read_and_rollback(tmp_path):

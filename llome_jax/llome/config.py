@@ -26,6 +26,7 @@ __all__ = [
     "FLAT_KEYS",
     "LEGACY_VALUES",
     "LOSS_NAMES",
+    "SPEED_ONLY",
     "FinetuneConfig",
     "LoopConfig",
     "check_weights_dir",
@@ -50,6 +51,11 @@ LEGACY_VALUES: dict[str, Any] = {
     "dpo_compute_dtype": "float32",
     "text_format": "list",
 }
+
+#: ``(section, key)`` of settings that change only the speed of a run, never its numbers (tested
+#: against the behaviour before them): a saved configuration made before one existed resumes with
+#: today's default instead of being refused.
+SPEED_ONLY: tuple[tuple[str, str], ...] = (("refine", "share_prompts"),)
 
 
 # --------------------------------------------------------------------------------------------
@@ -426,10 +432,16 @@ def upgrade_saved_config(saved: Mapping[str, Any]) -> dict[str, Any]:
     One written before the configuration was nested has flat keys (:data:`FLAT_KEYS`); settings
     added since are filled with the values that reproduce the old behaviour
     (:data:`LEGACY_VALUES`). Keys that are not settings (``optimizer``, ``loss``,
-    ``provenance``) are kept. A nested one is returned unchanged.
+    ``provenance``) are kept. A nested one is returned unchanged, except that settings of
+    :data:`SPEED_ONLY` it lacks take today's defaults.
     """
     if "finetune" in saved:
-        return dict(saved)
+        upgraded = dict(saved)
+        defaults = LoopConfig().to_dict()
+        for section, key in SPEED_ONLY:
+            if isinstance(upgraded.get(section), dict) and key not in upgraded[section]:
+                upgraded[section] = {**upgraded[section], key: defaults[section][key]}
+        return upgraded
     known = {f.name for f in dataclasses.fields(LoopConfig)} | set(FLAT_KEYS) | {"filter_rule"}
     flat = {k: v for k, v in saved.items() if k in known}
     rest = {k: v for k, v in saved.items() if k not in known}
