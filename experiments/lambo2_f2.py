@@ -143,4 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from llome_jax.host_memory import reexec_with_huge_pages
+
+    reexec_with_huge_pages()  # huge pages for malloc: ~1.25x faster steps (see that module)
     sys.exit(main())

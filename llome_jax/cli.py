@@ -46,6 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a subcommand. Called without ``argv`` (the ``llome-jax`` executable), the process first
+    re-executes itself with huge pages for ``malloc`` (:mod:`llome_jax.host_memory`)."""
+    if argv is None:
+        from llome_jax.host_memory import reexec_with_huge_pages
+
+        reexec_with_huge_pages()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
