@@ -228,26 +228,17 @@ _jitted_core = jax.jit(_generate_core, static_argnames=("graphdef", "config"))
 
 
 @functools.lru_cache(maxsize=16)
-def _sharded_core(mesh: Mesh) -> Any:
+def _sharded_core(mesh: Mesh, shared_prompts: bool = False) -> Any:
+    """The core over ``mesh``: rows split over ``"data"``, parameters replicated. With
+    ``shared_prompts`` the distinct prompts are replicated too (every device computes all their
+    prefixes) and ``prompt_rows`` is split with the rows."""
     repl = parallel.replicated_sharding(mesh)
     data = parallel.batch_sharding(mesh)
+    prompts = repl if shared_prompts else data
     return jax.jit(
         _generate_core,
         static_argnames=("graphdef", "config"),
-        in_shardings=(repl, repl, data, data, data),
-        out_shardings=data,
-    )
-
-
-@functools.lru_cache(maxsize=16)
-def _sharded_core_shared_prompts(mesh: Mesh) -> Any:
-    # the distinct prompts are replicated (every device computes their prefixes), rows sharded
-    repl = parallel.replicated_sharding(mesh)
-    data = parallel.batch_sharding(mesh)
-    return jax.jit(
-        _generate_core,
-        static_argnames=("graphdef", "config"),
-        in_shardings=(repl, repl, repl, repl, data, data),
+        in_shardings=(repl, repl, prompts, prompts, data) + ((data,) if shared_prompts else ()),
         out_shardings=data,
     )
 
@@ -358,7 +349,7 @@ def generate(
         parallel.check_batch_divisible((rows, temp), mesh)
         ids, mask = parallel.replicate((ids, mask), mesh)
         temp, rows = parallel.shard_batch((temp, rows), mesh)
-        return _sharded_core_shared_prompts(mesh)(
+        return _sharded_core(mesh, shared_prompts=True)(
             graphdef, state, key, ids, mask, temp, config, rows
         )
     parallel.check_batch_divisible((ids, mask, temp), mesh)
