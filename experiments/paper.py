@@ -728,7 +728,10 @@ def _rho_verdict(
     rho: dict[str, tuple[float, int]], methods: Sequence[str], min_n: int = 200
 ) -> tuple[str, str]:
     have = {m: rho[m] for m in methods if m in rho and not math.isnan(rho[m][0])}
-    if len(have) < len(methods) or min((n for _, n in have.values()), default=0) < min_n:
+    if len(have) < len(methods):
+        missing = ", ".join(m for m in methods if m not in have)
+        return "inconclusive at this scale", f"no finished run with logged candidates: {missing}"
+    if min(n for _, n in have.values()) < min_n:
         return "inconclusive at this scale", f"fewer than {min_n} logged candidates per method"
     negative = all(r < 0 for r, _ in have.values())
     return ("agree" if negative else "disagree"), ", ".join(
@@ -1198,11 +1201,11 @@ def write_report(
     for spec in plan:
         path = out / "runs" / spec.name
         records = _rounds(path)
-        if records:
-            runs[spec] = records
         done = (
             json.loads((path / "done.json").read_text()) if (path / "done.json").exists() else None
         )
+        if records and done:  # a partial run is listed below, never counted in a figure
+            runs[spec] = records
         state = "finished" if done else ("partial" if records else "not run")
         why = done.get("stop_reason") if done else ""
         status.append(

@@ -130,3 +130,41 @@ def test_tiny_plan_runs_resumes_skips_and_redraws(
     assert "f2/GA_seed0" not in capsys.readouterr().out
     assert (out / "solver.csv").read_bytes() == first
     assert (out / "report.md").exists()
+
+
+def test_a_partial_run_is_listed_but_never_counted(
+    paper, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupted run (round 0 only, no ``done.json``) appears in the report's status table as
+    partial; the figures count finished runs only, so solver.csv has no row for it."""
+    from llome_jax import ga_optimizer
+
+    _tiny(paper, monkeypatch)
+    out = tmp_path / "paper"
+    scale = paper.SCALES["smoke"]
+    (spec,) = paper.build_plan(scale, ["GA"], ["solver"])
+    cfg = paper._ga_config(spec, scale, paper._llome_config(spec, scale))
+    ga_optimizer.run(cfg, out / "runs" / spec.name, progress=False, max_rounds_this_call=0)
+    argv = ["--scale", "smoke", "--only", "1", "--methods", "ga", "--out", str(out)]
+    assert paper.main([*argv, "--report-only", "--no-progress"]) == 0
+    with open(out / "solver.csv", newline="") as stream:
+        assert list(csv.DictReader(stream)) == []
+    report = (out / "report.md").read_text()
+    assert f"| {spec.name} | GA | 0 | partial |" in report
+
+
+def test_calibration_verdict_names_what_is_missing(paper) -> None:
+    methods = ["LLOME-MargE", "LLOME-SFT"]
+    verdict, why = paper._rho_verdict({"LLOME-MargE": (-0.5, 5000)}, methods)
+    assert (verdict, why) == (
+        "inconclusive at this scale",
+        "no finished run with logged candidates: LLOME-SFT",
+    )
+    verdict, why = paper._rho_verdict({m: (-0.5, 150) for m in methods}, methods)
+    assert verdict == "inconclusive at this scale" and "fewer than 200" in why
+    verdict, why = paper._rho_verdict(
+        {"LLOME-MargE": (-0.5, 300), "LLOME-SFT": (0.1, 300)}, methods
+    )
+    assert verdict == "disagree" and "LLOME-SFT: rho 0.100 over 300" in why
+    verdict, _ = paper._rho_verdict({m: (-0.2, 300) for m in methods}, methods)
+    assert verdict == "agree"
