@@ -6,8 +6,9 @@ glibc's mmap threshold (at most 32 MiB) come from new anonymous mappings. The fi
 the LLOME ``cpu`` preset has 198 MB of temporaries, so every step took 48K page faults (measured
 with ``/usr/bin/time -v``: 1.9M minor faults for 40 steps), about 140 ms of kernel time against
 a ~260 ms step. The glibc tunable ``glibc.malloc.hugetlb=1`` (glibc >= 2.35) makes ``malloc``
-``madvise`` its blocks for transparent huge pages. With it a step takes 2 MiB faults, 20x fewer
-page faults in all, and runs ~1.25x faster on the 2-core development CPU (docs/benchmarks.md).
+``madvise`` its blocks for transparent huge pages. With it a step takes 2 MiB faults (14x fewer
+page faults over a 31-step run) and runs ~1.25x faster on the 2-core development CPU
+(docs/benchmarks.md).
 
 A tunable is read once, when the process starts, so :func:`reexec_with_huge_pages` re-executes
 the current command line with it added to ``GLIBC_TUNABLES``. The ``llome-jax`` command and the

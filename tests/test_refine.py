@@ -287,23 +287,54 @@ def test_mesh_equals_single_device(run, model, codec, fn, seeds, monkeypatch):
 
 
 def test_shared_prompts_equal_one_prompt_pass_per_row(run, model, codec, fn, seeds, monkeypatch):
-    """``share_prompts`` (the default, used by the fixture's run) changes only how the prompt
-    pass is batched: against one prompt pass per row the runs agree up to a first divergence
-    that must be a near-tie (as for the mesh), and field by field without one."""
+    """``share_prompts`` (the default, used by the fixture's run) changes only how the real model's
+    prompt pass is batched: against one prompt pass per row, every generate call has the same
+    prompts, tokens and log-probs (to the logits' tolerance) up to a first divergence, which must
+    be a near-tie (the helper asserts both, as for the mesh). The refinement-level wiring is
+    compared field by field, without floats, in ``test_shared_prompts_reach_every_row``."""
     unshared_cfg = dataclasses.replace(RUN, share_prompts=False)
     spy = _RecordingGenerate()
     with monkeypatch.context() as patch:
         patch.setattr(sample, "generate", spy)
-        unshared = iterative_refinement(
-            jax.random.key(2), model, codec, fn, seeds, TEMPS, unshared_cfg
-        )
+        iterative_refinement(jax.random.key(2), model, codec, fn, seeds, TEMPS, unshared_cfg)
     shared, calls_shared = _recorded_refinement(monkeypatch, model, codec, fn, seeds)
     _assert_same(run, shared)
-    diverged = _agree_up_to_near_ties(model, codec, len(seeds), spy.calls, calls_shared)
-    if diverged is None:
-        tol = max(_logit_tolerance(_sequence_logits(model, *c[1:3], c[-1])) for c in spy.calls)
-        ll_max = float(np.abs(run.log_likelihood).max())
-        _assert_same(unshared, shared, atol=2 * tol / min(TEMPS) + 8 * _EPS32 * ll_max)
+    _agree_up_to_near_ties(model, codec, len(seeds), spy.calls, calls_shared)
+
+
+def test_shared_prompts_reach_every_row(monkeypatch, codec, fn):
+    """With the scripted generator (its outputs depend on the row, not on floats): sharing each
+    chunk's prompts hands every row the prompt of its own trajectory, so the prompts every row
+    saw and the whole refinement are the same with and without sharing. 4 seeds x (greedy +
+    2 temperatures x 3 samples) = 28 rows, chunks of 16: every call shares (<= 8 distinct)."""
+    seeds = (np.arange(L)[None, :] + 3 * np.arange(4)[:, None]) % V  # 4 distinct rotations
+    cfg = RefineConfig(num_iterations=3, num_samples=3, batch_size=16)
+    results, prompts, shared_calls = [], [], []
+    for share in (False, True):
+        fake = ScriptedGenerate(codec, 4, [1, 3, 3])
+        fake._stride = 32
+
+        def spy(*args, _fake=fake, prompt_rows=None, **kwargs):
+            shared_calls.append(prompt_rows is not None)
+            return _fake(*args, prompt_rows=prompt_rows, **kwargs)
+
+        monkeypatch.setattr(sample, "generate", spy)
+        results.append(
+            iterative_refinement(
+                jax.random.key(0),
+                None,
+                codec,
+                fn,
+                seeds,
+                (0.5, 1.0),
+                dataclasses.replace(cfg, share_prompts=share),
+            )
+        )
+        prompts.append(dict(fake.prompts))
+    assert shared_calls == [False] * 6 + [True] * 6
+    assert len(set(prompts[0].values())) > 4  # later iterations moved the trajectories apart
+    assert prompts[1] == prompts[0]
+    _assert_same(results[1], results[0])
 
 
 def test_shared_prompts_of_a_chunk():

@@ -207,9 +207,9 @@ def _shared_prompts(
     extra shapes compile; the bucket's spare rows repeat prompt 0 and are never referenced.
     """
     b = ids.shape[0]
-    distinct, first, rows = np.unique(ids, axis=0, return_index=True, return_inverse=True)
+    _, first, rows = np.unique(ids, axis=0, return_index=True, return_inverse=True)
     for bucket in (math.ceil(b / 4 / multiple) * multiple, math.ceil(b / 2 / multiple) * multiple):
-        if distinct.shape[0] <= bucket < b:
+        if first.size <= bucket < b:
             take = np.concatenate([first, np.full(bucket - first.size, first[0])])
             return ids[take], mask[take], rows.reshape(-1).astype(np.int32)
     return None
@@ -295,6 +295,7 @@ def iterative_refinement(
     row_traj, row_slot, row_temp = (np.concatenate(a) for a in (traj, slot, temp))
     rows = row_traj.size
 
+    multiple = math.lcm(8, _mesh_size(mesh))  # chunk shapes and shared-prompt buckets
     chunk, num_chunks = _chunking(rows, config.batch_size, _mesh_size(mesh))
     pad = num_chunks * chunk - rows
     # Padding rows repeat row 0 (discarded); they keep every chunk the same shape.
@@ -324,9 +325,7 @@ def iterative_refinement(
         for c in range(num_chunks):  # dispatched asynchronously; gathered below
             part = slice(c * chunk, (c + 1) * chunk)
             shared = (
-                _shared_prompts(ids[part], mask[part], math.lcm(8, _mesh_size(mesh)))
-                if config.share_prompts
-                else None
+                _shared_prompts(ids[part], mask[part], multiple) if config.share_prompts else None
             )
             c_ids, c_mask, c_rows = (ids[part], mask[part], None) if shared is None else shared
             outs.append(

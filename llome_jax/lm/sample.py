@@ -346,9 +346,8 @@ def generate(
     state = parallel.replicate(state, mesh)
     key = parallel.replicate(key, mesh)
     if rows is not None:
-        parallel.check_batch_divisible((rows, temp), mesh)
         ids, mask = parallel.replicate((ids, mask), mesh)
-        temp, rows = parallel.shard_batch((temp, rows), mesh)
+        temp, rows = parallel.shard_batch((temp, rows), mesh)  # checks divisibility first
         return _sharded_core(mesh, shared_prompts=True)(
             graphdef, state, key, ids, mask, temp, config, rows
         )
