@@ -83,6 +83,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "text_format": "compact",
         "filter.likelihood_quantile": None,
     },
+    # the compact preset with MargE's weights summing to 1 over the batch (the appendix's w~
+    # read literally; the preset's "mean" makes the reward term B times stronger)
+    "compact_sum": {"epochs": 4, "text_format": "compact", "marge_weight_norm": "sum"},
 }
 
 
