@@ -86,6 +86,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # the compact preset with MargE's weights summing to 1 over the batch (the appendix's w~
     # read literally; the preset's "mean" makes the reward term B times stronger)
     "compact_sum": {"epochs": 4, "text_format": "compact", "marge_weight_norm": "sum"},
+    # model capacity (the paper's appendix blames its 226K model's plateau on capacity): the
+    # compact preset with a 2x wider model (H 128, MLP 512: ~0.8M parameters vs ~0.2M)
+    "compact_h128": {
+        "epochs": 4,
+        "text_format": "compact",
+        "model_overrides": {"hidden_size": 128, "intermediate_size": 512},
+    },
 }
 
 
