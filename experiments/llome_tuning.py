@@ -93,6 +93,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "text_format": "compact",
         "model_overrides": {"hidden_size": 128, "intermediate_size": 512},
     },
+    # and the `small` preset model (H 256, MLP 1024, 8 heads: ~3.2M parameters, 16x `tiny`)
+    "compact_small": {"epochs": 4, "text_format": "compact", "model": "small"},
 }
 
 
