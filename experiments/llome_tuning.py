@@ -39,6 +39,10 @@ FUNCTION = "Ehr(32,32)-4-4-4"
 #: away from the same baseline and its run directories resumable.
 TUNING_BASELINE: dict[str, Any] = {"epochs": 2, "text_format": "list"}
 
+#: The two levers the sweep adopted (4 epochs, the compact format): the ``cpu`` preset of today
+#: on the sweep's baseline, under every later variant.
+COMPACT: dict[str, Any] = {"epochs": 4, "text_format": "compact"}
+
 #: variant name -> LoopConfig overrides on the baseline (one lever at a time); the key ``loss``
 #: (not a LoopConfig field) picks the loss of the schedule (default ``--loss``).
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -74,27 +78,22 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "cumulative_seeds20": {"training_data": "cumulative", "num_seeds": 20, "num_samples": 40},
     # the compact text format (no comma tokens: half the tokens, a faster round), on top of the
     # current preset's 4 epochs; then the time it saves spent on the paper's 10 iterations
-    "compact": {"epochs": 4, "text_format": "compact"},
-    "compact_iters10": {"epochs": 4, "text_format": "compact", "num_iterations": 10},
+    "compact": COMPACT,
+    "compact_iters10": {**COMPACT, "num_iterations": 10},
     # the compact preset without the Filter's likelihood quantile (every novel candidate is
     # eligible): the trained policies rank the rare improving edits below neutral ones
-    "compact_noquantile": {
-        "epochs": 4,
-        "text_format": "compact",
-        "filter.likelihood_quantile": None,
-    },
+    "compact_noquantile": {**COMPACT, "filter.likelihood_quantile": None},
     # the compact preset with MargE's weights summing to 1 over the batch (the appendix's w~
     # read literally; the preset's "mean" makes the reward term B times stronger)
-    "compact_sum": {"epochs": 4, "text_format": "compact", "marge_weight_norm": "sum"},
+    "compact_sum": {**COMPACT, "marge_weight_norm": "sum"},
     # model capacity (the paper's appendix blames its 226K model's plateau on capacity): the
     # compact preset with a 2x wider model (H 128, MLP 512: ~0.8M parameters vs ~0.2M)
     "compact_h128": {
-        "epochs": 4,
-        "text_format": "compact",
+        **COMPACT,
         "model_overrides": {"hidden_size": 128, "intermediate_size": 512},
     },
     # and the `small` preset model (H 256, MLP 1024, 8 heads: ~3.2M parameters, 16x `tiny`)
-    "compact_small": {"epochs": 4, "text_format": "compact", "model": "small"},
+    "compact_small": {**COMPACT, "model": "small"},
 }
 
 
