@@ -46,6 +46,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "alpha1": {"alpha": 1.0},
     # more design steps per round (paper 32; bbo-bench's reproduce sweep 64)
     "steps64": {"design.num_steps": 64},
+    # MLM logits / 2 before sampling: tokens the plateau's labels rarely show (not in cortex)
+    "decode2": {"design.decode_temperature": 2.0},
 }
 
 

@@ -593,3 +593,29 @@ def test_design_round_with_kl_weight_never_lowers_the_blended_score(trained):
     # lambda = 0: the trace's score is the acquisition itself
     _, _, plain = D.design_round(jax.random.key(3), params, stats, best, seeds, TINY, STEPS)
     np.testing.assert_array_equal(np.asarray(plain.score), np.asarray(plain.acquisition))
+
+
+# ------------------------------------------------------------------------------------ decode temperature
+def test_decode_temperature_samples_from_the_tempered_mlm_head(trained):
+    """``decode_logits`` = MLM logits / T over the ``v`` states (by hand from ``gen_apply`` with
+    numpy's softmax); the special tokens are never drawn; the design round uses it."""
+    params, stats, best, seeds = trained
+    tokens = jnp.asarray(seeds, jnp.int32)
+    h = M.encoder_module(TINY, params["encoder"])(tokens.at[:, 3].set(TINY.mask_id))
+    raw = np.asarray(M.gen_apply(TINY, params["gen"], h), np.float64)[..., : TINY.num_states]
+    for temperature in (1.0, 2.0, 0.5):
+        config = D.DesignConfig(decode_temperature=temperature)
+        got = np.asarray(jax.nn.softmax(D.decode_logits(TINY, config, params, h), axis=-1))
+        z = raw / temperature
+        want = np.exp(z - z.max(-1, keepdims=True))
+        want /= want.sum(-1, keepdims=True)
+        np.testing.assert_allclose(got[..., : TINY.num_states], want, rtol=2e-5, atol=1e-7)
+        assert float(got[..., TINY.num_states :].max()) == 0.0
+    # a hotter decode changes what the design proposes from the same key
+    hot = D.DesignConfig(**{**vars(STEPS), "decode_temperature": 8.0})
+    x_ref, _, _ = D.design_round(jax.random.key(3), params, stats, best, seeds, TINY, STEPS)
+    x_hot, _, _ = D.design_round(jax.random.key(3), params, stats, best, seeds, TINY, hot)
+    assert int((np.asarray(x_ref) != np.asarray(x_hot)).sum()) > 0
+    for bad in (0.0, -1.0, float("inf"), float("nan"), True, "2"):
+        with pytest.raises(ValueError, match="decode_temperature"):
+            D.DesignConfig(decode_temperature=bad)

@@ -66,6 +66,7 @@ __all__ = [
     "RegressorStats",
     "acquisition",
     "best_values",
+    "decode_logits",
     "design_round",
     "farthest_first_traversal",
     "guidance_optimizer",
@@ -101,6 +102,10 @@ class DesignConfig:
         The guidance loss is ``lambda KL - (1 - lambda) mean_i a(h_i)`` and sequences are accepted
         on ``(1 - lambda) a(x) + lambda PLL(x)``; 0 switches both off (the compiled step is then
         exactly the one without the term).
+      decode_temperature: the MLM head's logits are divided by ``T`` before each token is
+        sampled (``softmax(logits / T)``; 1.0 = the reference). ``T > 1`` flattens the proposal
+        distribution towards tokens the labelled data rarely shows, an exploration lever for
+        neutral plateaus (not in cortex or the paper; docs/experiments.md).
     """
 
     num_steps: int = 32
@@ -114,6 +119,7 @@ class DesignConfig:
     tau: float = 1e-6
     use_constraints: bool = False
     kl_weight: float = 0.0
+    decode_temperature: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("num_steps", "num_mutations"):
@@ -143,6 +149,12 @@ class DesignConfig:
             raise ValueError(
                 f"DesignConfig.kl_weight must be a number in [0, 1) (the KL weight lambda; 1 would "
                 f"drop the acquisition entirely), got {kl!r}."
+            )
+        dt = self.decode_temperature
+        if isinstance(dt, bool) or not isinstance(dt, (int, float)) or not 0.0 < dt < math.inf:
+            raise ValueError(
+                f"DesignConfig.decode_temperature (divides the MLM logits before sampling) must "
+                f"be a positive finite number, got {dt!r}."
             )
 
     @property
@@ -413,6 +425,15 @@ def guidance_update(
     return optax.apply_updates(delta, updates), opt_state
 
 
+def decode_logits(mc: ModelConfig, dc: DesignConfig, params: Params, h: jax.Array) -> jax.Array:
+    """Logits ``[..., L, vocab]`` the design samples tokens from: the MLM head's logits divided by
+    ``dc.decode_temperature``, special tokens at ``-inf`` (only the ``v`` states are drawn)."""
+    logits = gen_apply(mc, params["gen"], h)
+    if dc.decode_temperature != 1.0:  # 1.0 compiles exactly the reference decode
+        logits = logits / dc.decode_temperature
+    return jnp.where(jnp.arange(mc.vocab_size) < mc.num_states, logits, -jnp.inf)
+
+
 def _design_step_fn(mc: ModelConfig, dc: DesignConfig, params, stats, best):
     """``(step, acq_tokens, blend_score)`` of a design round (cortex ``LaMBO.step``).
 
@@ -479,8 +500,7 @@ def _design_step_fn(mc: ModelConfig, dc: DesignConfig, params, stats, best):
         # 9.4 guided latent optimisation with decode-and-accept
         def decode_and_accept(state, h, key):
             x, a_cur, accepted = state[:3]
-            logits = gen_apply(mc, params["gen"], h)
-            logits = jnp.where(jnp.arange(mc.vocab_size) < v, logits, -jnp.inf)
+            logits = decode_logits(mc, dc, params, h)
             sample = jax.random.categorical(key, logits, axis=-1).astype(x.dtype)
             proposal = jnp.where(chosen, sample, x)
             a_new = acq_tokens(proposal)

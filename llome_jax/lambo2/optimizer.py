@@ -121,6 +121,8 @@ class Lambo2Config:
             # the default is left out so that run directories written before the KL option
             # existed still resume (their config.json has no ``kl_weight``)
             del out["design"]["kl_weight"]
+        if out["design"].get("decode_temperature") == 1.0:
+            del out["design"]["decode_temperature"]  # likewise (added after kl_weight)
         if not out["warm_start"]:
             del out["warm_start"]  # likewise for run directories written before warm starts
         return out
