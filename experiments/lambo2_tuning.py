@@ -46,6 +46,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "alpha1": {"alpha": 1.0},
     # more design steps per round (paper 32; bbo-bench's reproduce sweep 64)
     "steps64": {"design.num_steps": 64},
+    # more Adam updates of the latent perturbation per design step (paper 2 = K_g)
+    "guidance4": {"design.guidance_updates": 4},
+    # twice the ensemble members per discriminative head (paper 8)
+    "ensemble16": {"model_overrides": {"ensemble_size": 16}},
+    # a third encoder block (paper 2)
+    "blocks3": {"model_overrides": {"num_blocks": 3}},
     # MLM logits / 2 before sampling: tokens the plateau's labels rarely show (not in cortex)
     "decode2": {"design.decode_temperature": 2.0},
 }
