@@ -65,7 +65,14 @@ def probe(run_dir: pathlib.Path, top: int, temperatures: tuple[float, ...]) -> d
     next_round = state.round + 1
     k_fit, _ = jax.random.split(optimizer._round_key(cfg, next_round))
     data = lambo_train.prepare_training_data(history.x, history.y, history.t, mc, cfg.train)
-    params, _ = lambo_train.fit(k_fit, state.theta_init, data, mc, cfg.train)
+    params, _ = lambo_train.fit(
+        k_fit,
+        state.theta_init,
+        data,
+        mc,
+        cfg.train,
+        progress=lambda epoch, _: print(f"fit epoch {epoch + 1}", file=sys.stderr, flush=True),
+    )
     stats = lambo_design.RegressorStats(jnp.float32(data.y_mean), jnp.float32(data.y_std))
 
     fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
@@ -164,4 +171,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from llome_jax.host_memory import reexec_with_huge_pages
+
+    reexec_with_huge_pages()  # huge pages for malloc (see that module)
     sys.exit(main())

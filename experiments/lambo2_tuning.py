@@ -54,6 +54,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "blocks3": {"model_overrides": {"num_blocks": 3}},
     # MLM logits / 2 before sampling: tokens the plateau's labels rarely show (not in cortex)
     "decode2": {"design.decode_temperature": 2.0},
+    # the same with the feasibility head in the acquisition, so hot infeasible edits are rejected
+    "decode2_constraints": {"design.decode_temperature": 2.0, "design.use_constraints": True},
 }
 
 
