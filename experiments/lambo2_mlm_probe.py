@@ -36,11 +36,14 @@ CLASSES = ("improving", "neutral", "worse", "infeasible")
 
 
 def _config(run_dir: pathlib.Path):
+    from llome_jax import configs
     from llome_jax.lambo2 import optimizer
 
-    saved = json.loads((run_dir / "config.json").read_text())
+    saved = json.loads((run_dir / "config.json").read_text())  # also holds provenance keys
     fields = {f.name for f in dataclasses.fields(optimizer.Lambo2Config)}
-    return optimizer.Lambo2Config().replace(**{k: v for k, v in saved.items() if k in fields})
+    return configs.from_dict(
+        optimizer.Lambo2Config, {k: v for k, v in saved.items() if k in fields}
+    )
 
 
 def probe(run_dir: pathlib.Path, top: int, temperatures: tuple[float, ...]) -> dict:

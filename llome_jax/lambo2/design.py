@@ -431,7 +431,7 @@ def decode_logits(mc: ModelConfig, dc: DesignConfig, params: Params, h: jax.Arra
     logits = gen_apply(mc, params["gen"], h)
     if dc.decode_temperature != 1.0:  # 1.0 compiles exactly the reference decode
         logits = logits / dc.decode_temperature
-    return jnp.where(jnp.arange(mc.vocab_size) < mc.num_states, logits, -jnp.inf)
+    return _viable_logits(mc, logits)
 
 
 def _design_step_fn(mc: ModelConfig, dc: DesignConfig, params, stats, best):
