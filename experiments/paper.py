@@ -7,11 +7,13 @@ and a CSV per figure (issue 16).
     python experiments/paper.py --scale cpu --out results/paper_cpu --dry-run   # the plan and its cost
     python experiments/paper.py --scale cpu --out results/paper_cpu --only solver --methods GA,LLOME-MargE
     python experiments/paper.py --out results/paper --report-only          # redraw from finished runs
+    python experiments/paper.py --scale cpu --out results/paper --runs "f2/LaMBO-2_*"  # a second worker
 
 Every run (GA, LLOME-SFT/-MargE/-DPO/-REINFORCE, SFT_i-MargE_j pipelines, LaMBO-2) is a run
 directory ``OUT/runs/<function>/<method>_seed<k>/`` of the shared round driver
 (``llome_jax.runner``): a finished run (``done.json``) is skipped, an interrupted one resumes from
-its last checkpoint. LLOME runs log their candidates (``candidates/round_NNNN.npz``,
+its last checkpoint, and a run that another process holds is left to it ("busy"), so several
+workers (``--runs`` picks each one's share by name) can fill one ``OUT``. LLOME runs log their candidates (``candidates/round_NNNN.npz``,
 ``llome.loop.run(log_candidates=True)``) for the calibration, refinement and selection figures.
 The figures are then computed from the run directories only, so ``--report-only`` redraws them
 and a second invocation writes byte-identical CSVs. Per figure: ``OUT/<figure>.png`` and
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import fnmatch
 import io
 import json
 import math
@@ -333,8 +336,8 @@ def _ga_config(spec: RunSpec, scale: Scale, llome_cfg: Any):
 
 
 def run_one(spec: RunSpec, scale: Scale, path: pathlib.Path, progress: bool) -> str:
-    """Run, resume or skip (``done.json``) one run; returns ``"skipped"``, ``"new"`` or
-    ``"resumed"``."""
+    """Run, resume or skip (``done.json``) one run; returns ``"skipped"``, ``"new"``,
+    ``"resumed"`` or ``"busy"`` (another process holds the run directory: it is left to that one)."""
     done = path / "done.json"
     if done.exists():
         return "skipped"
@@ -344,28 +347,35 @@ def run_one(spec: RunSpec, scale: Scale, path: pathlib.Path, progress: bool) -> 
     if log is not None:
         options["log"] = log
     llome_cfg = _llome_config(spec, scale)
-    if spec.kind == "llome":
-        from llome_jax.llome import loop
+    from llome_jax.rundir import RunDirectory, RunDirectoryInUseError
 
-        result = loop.run(
-            llome_cfg, path, log_candidates=True, extra_config={"method": spec.method}, **options
-        )
-    elif spec.kind == "lambo2":
-        from llome_jax.lambo2 import optimizer
-
-        result = optimizer.run(_lambo_config(spec, scale, llome_cfg), path, **options)
-    else:
-        from llome_jax import ga_optimizer
-
-        result = ga_optimizer.run(_ga_config(spec, scale, llome_cfg), path, **options)
-    from llome_jax.rundir import RunDirectory
-
+    try:
+        result = _run_kind(spec, scale, llome_cfg, path, options)
+    except RunDirectoryInUseError:
+        return "busy"
     last = RunDirectory(path).rounds()[-1]["round"]
     stop = result.stop_reason
     (path / "done.json").write_text(
         json.dumps({"last_round": last, "stop_reason": stop or ""}, indent=1) + "\n"
     )
     return "resumed" if resume else "new"
+
+
+def _run_kind(spec: RunSpec, scale: Scale, llome_cfg: Any, path: pathlib.Path, options: dict) -> Any:
+    """Start or resume ``spec``'s run with the optimiser of its kind; returns its result."""
+    if spec.kind == "llome":
+        from llome_jax.llome import loop
+
+        return loop.run(
+            llome_cfg, path, log_candidates=True, extra_config={"method": spec.method}, **options
+        )
+    if spec.kind == "lambo2":
+        from llome_jax.lambo2 import optimizer
+
+        return optimizer.run(_lambo_config(spec, scale, llome_cfg), path, **options)
+    from llome_jax import ga_optimizer
+
+    return ga_optimizer.run(_ga_config(spec, scale, llome_cfg), path, **options)
 
 
 def run_difficulty(scale: Scale, path: pathlib.Path) -> str:
@@ -1335,6 +1345,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="redraw report.md and the figures from finished runs",
     )
+    parser.add_argument(
+        "--runs",
+        default=None,
+        help="run only the planned runs whose name (e.g. f2/LaMBO-2_seed0) matches one of these "
+        "comma-separated shell patterns, e.g. 'f2/LaMBO-2_*'; the report still covers every run",
+    )
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     try:
@@ -1346,11 +1362,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     scale = SCALES[args.scale]
     plan = build_plan(scale, methods, figures)
-    costs = {spec: scale.cost(spec.kind, _length(spec.function), scale.rounds) for spec in plan}
-    sweep = "difficulty_pareto" in figures
+    report_plan = plan
+    if args.runs is not None:
+        patterns = [p.strip() for p in args.runs.split(",") if p.strip()]
+        plan = [spec for spec in plan if any(fnmatch.fnmatchcase(spec.name, p) for p in patterns)]
+        if not plan and not any(fnmatch.fnmatchcase("ga_difficulty", p) for p in patterns):
+            parser.error(f"--runs {args.runs!r} matches none of the {len(report_plan)} planned runs")
+    costs = {
+        spec: scale.cost(spec.kind, _length(spec.function), scale.rounds) for spec in report_plan
+    }
+    sweep = "difficulty_pareto" in figures and (
+        args.runs is None or any(fnmatch.fnmatchcase("ga_difficulty", p) for p in patterns)
+    )
     # 12 settings, each one compilation (~12 s) plus ~4 ms per generation and seed
     sweep_cost = 12 * (12.0 + 0.004 * scale.difficulty_seeds * scale.difficulty_generations)
-    total = sum(costs.values()) + (sweep_cost if sweep else 0.0)
+    total = sum(costs.values()) + (sweep_cost if "difficulty_pareto" in figures else 0.0)
     out = pathlib.Path(args.out)
     if args.dry_run:
         print(
@@ -1367,7 +1393,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  {'ga_difficulty':45s} {'ga':7s} {sweep_cost / 60:8.1f} min  [difficulty_pareto]"
             )
-        print(f"estimated total: {total / 3600:.2f} h (one core of a shared 2-core CPU)")
+        selected = sum(costs[spec] for spec in plan) + (sweep_cost if sweep else 0.0)
+        print(f"estimated total: {selected / 3600:.2f} h (one core of a shared 2-core CPU)")
         return 0
     out.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
@@ -1387,7 +1414,7 @@ def main(argv: list[str] | None = None) -> int:
             how = run_difficulty(scale, out / "runs" / "ga_difficulty")
             print(f"ga_difficulty: {how}", flush=True)
         print(f"runs done in {time.perf_counter() - t0:.0f} s", flush=True)
-    write_report(out, args.scale, scale, plan, figures, total)
+    write_report(out, args.scale, scale, report_plan, figures, total)
     print(f"wrote {out / 'report.md'}")
     return 0
 

@@ -73,6 +73,41 @@ def test_dry_run_lists_the_cpu_plan_and_writes_nothing(
     assert not (tmp_path / "out").exists()
 
 
+def test_runs_patterns_pick_a_workers_share_of_the_plan(
+    paper, tmp_path: pathlib.Path, capsys
+) -> None:
+    argv = ["--scale", "cpu", "--dry-run", "--out", str(tmp_path / "out")]
+    assert paper.main([*argv, "--runs", "f2/LaMBO-2_*,f3/GA_seed1"]) == 0
+    text = capsys.readouterr().out
+    listed = [line.split()[0] for line in text.splitlines() if line.startswith("  ")]
+    assert listed == ["f2/LaMBO-2_seed0", "f2/LaMBO-2_seed1", "f2/LaMBO-2_seed2", "f3/GA_seed1"]
+    minutes = [float(line.split()[2]) for line in text.splitlines() if line.startswith("  ")]
+    hours = float(text.split("estimated total: ")[1].split(" h")[0])
+    assert hours == pytest.approx(sum(minutes) / 60, abs=0.01)  # the share's cost, not the plan's
+    with pytest.raises(SystemExit) as exit_info:
+        paper.main([*argv, "--runs", "f9/*"])
+    assert exit_info.value.code == 2
+    assert "matches none of the" in capsys.readouterr().err
+
+
+def test_a_run_another_process_holds_is_left_busy(
+    paper, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+
+    _tiny(paper, monkeypatch)
+    scale = paper.SCALES["smoke"]
+    (spec,) = paper.build_plan(scale, ["GA"], ["solver"])
+    run_dir = tmp_path / "runs" / spec.name
+    run_dir.mkdir(parents=True)
+    with open(run_dir / ".lock", "a") as held:  # what a second worker's open run holds
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert paper.run_one(spec, scale, run_dir, progress=False) == "busy"
+    assert not (run_dir / "done.json").exists() and not (run_dir / "rounds.jsonl").exists()
+    assert paper.run_one(spec, scale, run_dir, progress=False) == "new"  # lock released
+    assert (run_dir / "done.json").exists()
+
+
 def test_tiny_plan_runs_resumes_skips_and_redraws(
     paper, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
