@@ -13,8 +13,9 @@ Every run (GA, LLOME-SFT/-MargE/-DPO/-REINFORCE, SFT_i-MargE_j pipelines, LaMBO-
 directory ``OUT/runs/<function>/<method>_seed<k>/`` of the shared round driver
 (``llome_jax.runner``): a finished run (``done.json``) is skipped, an interrupted one resumes from
 its last checkpoint, and a run that another process holds is left to it ("busy"), so several
-workers (``--runs`` picks each one's share by name) can fill one ``OUT``. LLOME runs log their candidates (``candidates/round_NNNN.npz``,
-``llome.loop.run(log_candidates=True)``) for the calibration, refinement and selection figures.
+workers (``--runs`` picks each one's share by name) can fill one ``OUT``. LLOME runs log their
+candidates (``candidates/round_NNNN.npz``, ``llome.loop.run(log_candidates=True)``) for the
+calibration, refinement and selection figures.
 The figures are then computed from the run directories only, so ``--report-only`` redraws them
 and a second invocation writes byte-identical CSVs. Per figure: ``OUT/<figure>.png`` and
 ``OUT/<figure>.csv``; ``OUT/report.md`` puts the paper's claim (quoted from ``paper.tex``) beside
