@@ -94,6 +94,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     # and the `small` preset model (H 256, MLP 1024, 8 heads: ~3.2M parameters, 16x `tiny`)
     "compact_small": {**COMPACT, "model": "small"},
+    # the learning rate of rounds >= 2 (the preset: 3e-3), a third and 3x
+    "compact_lr1e-3": {**COMPACT, "finetune.learning_rate": 1e-3},
+    "compact_lr1e-2": {**COMPACT, "finetune.learning_rate": 1e-2},
+    # MargE's lambda (the preset: 10; lambda 1 collapsed the policy in round 2): 3x both ways
+    "compact_kl3": {**COMPACT, "finetune.kl_weight": 3.0},
+    "compact_kl30": {**COMPACT, "finetune.kl_weight": 30.0},
 }
 
 
