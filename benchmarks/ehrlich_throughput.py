@@ -12,6 +12,9 @@ calls). Peak RSS therefore covers the evaluation with its input resident, not in
     python benchmarks/ehrlich_throughput.py --quick --previous --dtype uint8
         # also time the previous kernel (benchmarks/_ehrlich_kernel_previous.py) on the same
         # batch, interleaved with the current one; token dtype of the batch (default int32)
+    python benchmarks/ehrlich_throughput.py --quick --host --devices 2
+        # also time the public call on a NumPy batch (validation, size buckets, the batch split
+        # over the usable cores, results back on the host), interleaved with the jitted one
     python benchmarks/ehrlich_throughput.py --quick --holo-python /path/to/venv/bin/python
         # also time pytorch-holo's Ehrlich on the same cells, in the same run
         # (that interpreter needs torch and pytorch-holo; see _holo_ehrlich_worker.py)
@@ -58,9 +61,11 @@ def measure(
     repeats: int,
     dtype: str = "int32",
     previous: bool = False,
+    host: bool = False,
 ) -> dict:
     """Runs inside the worker subprocess. With ``previous``, the previous kernel is timed on the
-    same batch, alternating call by call with the current one (so load changes hit both)."""
+    same batch, alternating call by call with the current one (so load changes hit both); with
+    ``host``, so is ``ehrlich.evaluate`` called on the batch as a NumPy array."""
     import jax
     import jax.numpy as jnp
 
@@ -109,6 +114,13 @@ def measure(
         old_values = candidates["previous"](fn, x).block_until_ready()
         if not bool(jnp.all(old_values.view(jnp.int32) == values.view(jnp.int32))):
             raise AssertionError("previous and current kernels disagree")
+    if host:
+        import numpy as np
+
+        x_host = np.asarray(x)
+        candidates["host"] = lambda f, _: ehrlich.evaluate(f, x_host)
+        if not bool(jnp.all(candidates["host"](fn, x).view(jnp.int32) == values.view(jnp.int32))):
+            raise AssertionError("the host call and the jitted kernel disagree")
     reset = _reset_peak_rss()
     timings: dict[str, list[float]] = {name: [] for name in candidates}
     for _ in range(repeats):
@@ -123,6 +135,11 @@ def measure(
         extra["previous_best_seq_per_s"] = batch / old[0]
         extra["previous_median_seq_per_s"] = batch / old[len(old) // 2]
         extra["speedup_vs_previous"] = old[0] / times[0]
+    if host:
+        on_host = sorted(timings["host"])
+        extra["host_best_seq_per_s"] = batch / on_host[0]
+        extra["host_median_seq_per_s"] = batch / on_host[len(on_host) // 2]
+        extra["usable_cores"] = len(os.sched_getaffinity(0))
     return {
         **extra,
         "function": function,
@@ -156,6 +173,11 @@ def main() -> None:
         help="also time the previous kernel (benchmarks/_ehrlich_kernel_previous.py), interleaved",
     )
     parser.add_argument(
+        "--host",
+        action="store_true",
+        help="also time ehrlich.evaluate on the batch as a NumPy array (split over the cores)",
+    )
+    parser.add_argument(
         "--holo-python",
         metavar="PYTHON",
         help="an interpreter with torch and pytorch-holo: time holo's Ehrlich on the same cells "
@@ -167,7 +189,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         function, batch, devices = args.worker[0], int(float(args.worker[1])), int(args.worker[2])
-        row = measure(function, batch, devices, args.repeats, args.dtype, args.previous)
+        row = measure(function, batch, devices, args.repeats, args.dtype, args.previous, args.host)
         print(json.dumps(row))
         return
     functions = ["f2", "f4"] if args.quick else args.functions.split(",")
@@ -188,18 +210,22 @@ def main() -> None:
                     f"--xla_force_host_platform_device_count={devices}" if devices > 1 else ""
                 )
                 env.setdefault("JAX_PLATFORMS", "cpu")
-                command = [
-                    sys.executable,
-                    __file__,
-                    "--worker",
-                    function,
-                    str(int(batch)),
-                    str(devices),
-                    "--repeats",
-                    str(args.repeats if batch < 1e6 else 3),
-                    "--dtype",
-                    args.dtype,
-                ] + (["--previous"] if args.previous else [])
+                command = (
+                    [
+                        sys.executable,
+                        __file__,
+                        "--worker",
+                        function,
+                        str(int(batch)),
+                        str(devices),
+                        "--repeats",
+                        str(args.repeats if batch < 1e6 else 3),
+                        "--dtype",
+                        args.dtype,
+                    ]
+                    + (["--previous"] if args.previous else [])
+                    + (["--host"] if args.host and devices == 1 else [])
+                )
                 result = subprocess.run(
                     command, capture_output=True, text=True, env=env, check=False
                 )
@@ -243,12 +269,19 @@ def main() -> None:
                         f"(x{row['speedup_vs_previous']:.2f})"
                         if args.previous
                         else ""
+                    )
+                    + (
+                        f"  host call {row['host_best_seq_per_s']:.3e}"
+                        if "host_best_seq_per_s" in row
+                        else ""
                     ),
                     flush=True,
                 )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    suffix = ("" if args.dtype == "int32" else f"_{args.dtype}") + (
-        "_vs_previous" if args.previous else ""
+    suffix = (
+        ("" if args.dtype == "int32" else f"_{args.dtype}")
+        + ("_vs_previous" if args.previous else "")
+        + ("_host" if args.host else "")
     )
     target = RESULTS / f"ehrlich_throughput{suffix}.json"
     import platform

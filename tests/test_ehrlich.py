@@ -243,6 +243,44 @@ def test_batch_sizes_share_compiled_buckets():
     np.testing.assert_array_equal(np.asarray(eh.is_feasible(f, x[:7])), np.isfinite(reference[:7]))
 
 
+def test_large_host_batches_split_over_cores_with_identical_results(monkeypatch):
+    """A host batch of 40,000 f2 rows (bucket 40,960) on 4 usable cores runs as 4 parts of
+    10,240 rows (each >= 2^18 tokens), one per worker thread; values, motif presence and
+    feasibility equal the unsplit kernel's bit for bit."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from llome_jax.ehrlich import function as F  # noqa: N812
+
+    assert F.host_parts(40_960, 32, cores=4) == 4
+    assert F.host_parts(40_960, 32, cores=1) == 1
+    assert F.host_parts(16_384, 32, cores=2) == 2 and F.host_parts(8_192, 32, cores=2) == 1
+    assert F.host_parts(40_960, 32, cores=3) == 2  # a power of two that divides the bucket
+
+    shapes = []
+
+    class Counting(ThreadPoolExecutor):
+        def submit(self, function, block):
+            shapes.append(block.shape)
+            return super().submit(function, block)
+
+    pool = Counting(4)
+    monkeypatch.setattr(F, "_usable_cores", lambda: 4)
+    monkeypatch.setattr(F, "_host_pool", lambda: (pool, 4))
+    f = eh.paper_function("f2")
+    x = np.asarray(_mixed_batch(f, 40_000, jax.random.key(6)))
+    chunk = F.default_chunk_size(f.config)
+    reference = np.asarray(F._evaluate(f, jnp.asarray(x), chunk))
+    assert np.isfinite(reference).any() and not np.isfinite(reference).all()
+    got = np.asarray(eh.evaluate(f, x))
+    assert shapes == [(10_240, 32)] * 4
+    np.testing.assert_array_equal(got.view(np.int32), reference.view(np.int32))
+    presence = np.asarray(F._motif_presence(f, jnp.asarray(x), chunk))
+    np.testing.assert_array_equal(np.asarray(eh.motif_presence(f, x)), presence)
+    np.testing.assert_array_equal(np.asarray(eh.is_feasible(f, x)), np.isfinite(reference))
+    assert len(shapes) == 12
+    pool.shutdown()
+
+
 def test_batch_shapes_are_preserved():
     f = eh.paper_function("f2")
     x = _mixed_batch(f, 24, jax.random.key(3)).reshape(2, 3, 4, 32)
@@ -378,3 +416,13 @@ def test_instance_json_round_trip_and_cli_file(tmp_path, capsys):
         eh.Ehrlich.from_json({"schema": "other"})
     with pytest.raises(FileNotFoundError):
         eh.resolve_function(str(tmp_path / "missing.json"))
+
+
+def test_docstring_examples():
+    """The examples in the evaluation module (``bucket_size``, ``host_parts``, ``evaluate``)."""
+    import doctest
+
+    from llome_jax.ehrlich import function as F  # noqa: N812
+
+    result = doctest.testmod(F)
+    assert result.attempted >= 6 and result.failed == 0
