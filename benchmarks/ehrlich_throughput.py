@@ -119,6 +119,7 @@ def measure(
 
         x_host = np.asarray(x)
         candidates["host"] = lambda f, _: ehrlich.evaluate(f, x_host)
+        candidates["host_1"] = lambda f, _: ehrlich.evaluate(f, x_host, threads=1)
         if not bool(jnp.all(candidates["host"](fn, x).view(jnp.int32) == values.view(jnp.int32))):
             raise AssertionError("the host call and the jitted kernel disagree")
     reset = _reset_peak_rss()
@@ -139,6 +140,9 @@ def measure(
         on_host = sorted(timings["host"])
         extra["host_best_seq_per_s"] = batch / on_host[0]
         extra["host_median_seq_per_s"] = batch / on_host[len(on_host) // 2]
+        one = sorted(timings["host_1"])
+        extra["host_1_thread_best_seq_per_s"] = batch / one[0]
+        extra["host_1_thread_median_seq_per_s"] = batch / one[len(one) // 2]
         extra["usable_cores"] = len(os.sched_getaffinity(0))
     return {
         **extra,
@@ -272,6 +276,7 @@ def main() -> None:
                     )
                     + (
                         f"  host call {row['host_best_seq_per_s']:.3e}"
+                        f" (threads=1: {row['host_1_thread_best_seq_per_s']:.3e})"
                         if "host_best_seq_per_s" in row
                         else ""
                     ),

@@ -278,6 +278,13 @@ def test_large_host_batches_split_over_cores_with_identical_results(monkeypatch)
     np.testing.assert_array_equal(np.asarray(eh.motif_presence(f, x)), presence)
     np.testing.assert_array_equal(np.asarray(eh.is_feasible(f, x)), np.isfinite(reference))
     assert len(shapes) == 12
+    # threads=1: one call, no part submitted; threads=2: two parts of 20,480 rows
+    np.testing.assert_array_equal(np.asarray(eh.evaluate(f, x, threads=1)), got)
+    assert len(shapes) == 12
+    np.testing.assert_array_equal(np.asarray(eh.evaluate(f, x, threads=2)), got)
+    assert shapes[12:] == [(20_480, 32)] * 2
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        eh.evaluate(f, x, threads=0)
     pool.shutdown()
 
 

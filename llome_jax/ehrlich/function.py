@@ -660,10 +660,12 @@ def _host_pool() -> tuple[ThreadPoolExecutor, int]:
     return _HOST_POOL[0]
 
 
-def _run_host(kernel: Any, fn: Ehrlich, x: np.ndarray, chunk: int) -> Any:
+def _run_host(
+    kernel: Any, fn: Ehrlich, x: np.ndarray, chunk: int, threads: int | None = None
+) -> Any:
     """``kernel(fn, x, chunk)`` on a padded NumPy batch, split over :func:`host_parts` threads
     (equal parts, so one compiled shape); the parts' results are joined on the host."""
-    parts = host_parts(x.shape[0], fn.config.dim)
+    parts = host_parts(x.shape[0], fn.config.dim, threads)
     if parts == 1:
         return kernel(fn, x, chunk)
     pool, workers = _host_pool()
@@ -674,17 +676,23 @@ def _run_host(kernel: Any, fn: Ehrlich, x: np.ndarray, chunk: int) -> Any:
     return np.concatenate([future.result() for future in futures], axis=0)
 
 
-def _dispatch(kernel: Any, fn: Ehrlich, x: Any, chunk_size: int | None) -> jax.Array:
+def _dispatch(
+    kernel: Any, fn: Ehrlich, x: Any, chunk_size: int | None, threads: int | None
+) -> jax.Array:
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be >= 1 (or None: the usable cores), got {threads}.")
     x, n, batch_shape = _prepare(fn, x)
     chunk = chunk_size or default_chunk_size(fn.config)
     if n is None or isinstance(fn.transition_matrix, jax.core.Tracer):
         out = kernel(fn, x, chunk)
     else:
-        out = _run_host(kernel, fn, x, chunk)
+        out = _run_host(kernel, fn, x, chunk, threads)
     return _finish(out, n, batch_shape)
 
 
-def evaluate(fn: Ehrlich, x: Any, *, chunk_size: int | None = None) -> jax.Array:
+def evaluate(
+    fn: Ehrlich, x: Any, *, chunk_size: int | None = None, threads: int | None = None
+) -> jax.Array:
     """Ehrlich values ``f(x)`` (higher is better; ``-inf`` where infeasible).
 
     Jittable, vmappable and shardable over batch axes; inputs are validated eagerly (dtype,
@@ -699,6 +707,8 @@ def evaluate(fn: Ehrlich, x: Any, *, chunk_size: int | None = None) -> jax.Array
       x: integer ``[..., L]`` token ids in ``[0, v)``, any integer dtype (uint8 is transposed as
         it is, never widened; wider dtypes are narrowed to bytes first when ``v <= 255``).
       chunk_size: sequences per cache-sized block (static; default from ``L``).
+      threads: at most this many concurrent parts for a host batch (default: the CPU cores this
+        process may use; 1 evaluates it in one call). Results never depend on it.
 
     Returns:
       float32 ``[...]``.
@@ -709,20 +719,25 @@ def evaluate(fn: Ehrlich, x: Any, *, chunk_size: int | None = None) -> jax.Array
       >>> float(eh.evaluate(fn, eh.optimal_solution(fn)))
       1.0
     """
-    return _dispatch(_evaluate, fn, x, chunk_size)
+    return _dispatch(_evaluate, fn, x, chunk_size, threads)
 
 
-def motif_presence(fn: Ehrlich, x: Any, *, chunk_size: int | None = None) -> jax.Array:
+def motif_presence(
+    fn: Ehrlich, x: Any, *, chunk_size: int | None = None, threads: int | None = None
+) -> jax.Array:
     """Quantised motif presence ``h_q(x, m^(i), s^(i))`` before the response: float32 ``[..., c]``.
 
-    Computed for infeasible sequences too (as the reference does).
+    Computed for infeasible sequences too (as the reference does). Arguments as :func:`evaluate`.
     """
-    return _dispatch(_motif_presence, fn, x, chunk_size)
+    return _dispatch(_motif_presence, fn, x, chunk_size, threads)
 
 
-def is_feasible(fn: Ehrlich, x: Any, *, chunk_size: int | None = None) -> jax.Array:
-    """Whether each sequence has non-zero probability under the DMP: bool ``[...]``."""
-    return _dispatch(_is_feasible, fn, x, chunk_size)
+def is_feasible(
+    fn: Ehrlich, x: Any, *, chunk_size: int | None = None, threads: int | None = None
+) -> jax.Array:
+    """Whether each sequence has non-zero probability under the DMP: bool ``[...]``. Arguments
+    as :func:`evaluate`."""
+    return _dispatch(_is_feasible, fn, x, chunk_size, threads)
 
 
 # ---------------------------------------------------------------------------------------------
