@@ -249,6 +249,7 @@ def test_large_host_batches_split_over_cores_with_identical_results(monkeypatch)
     feasibility equal the unsplit kernel's bit for bit."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from llome_jax import host_threads
     from llome_jax.ehrlich import function as F  # noqa: N812
 
     assert F.host_parts(40_960, 32, cores=4) == 4
@@ -264,8 +265,8 @@ def test_large_host_batches_split_over_cores_with_identical_results(monkeypatch)
             return super().submit(function, block)
 
     pool = Counting(4)
-    monkeypatch.setattr(F, "_usable_cores", lambda: 4)
-    monkeypatch.setattr(F, "_host_pool", lambda: (pool, 4))
+    monkeypatch.setattr(host_threads, "usable_cores", lambda: 4)
+    monkeypatch.setattr(host_threads, "pool", lambda: (pool, 4))
     f = eh.paper_function("f2")
     x = np.asarray(_mixed_batch(f, 40_000, jax.random.key(6)))
     chunk = F.default_chunk_size(f.config)

@@ -4,6 +4,8 @@ generator (next-input rules, likelihood choice, deduplication order, invalid out
 from __future__ import annotations
 
 import dataclasses
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +14,7 @@ import optax
 import pytest
 from flax import nnx
 
-from llome_jax import ehrlich, parallel
+from llome_jax import ehrlich, host_threads, parallel
 from llome_jax.ehrlich import EhrlichConfig
 from llome_jax.llome.refine import RefineConfig, Refinement, _chunking, iterative_refinement
 from llome_jax.lm import sample
@@ -24,6 +26,14 @@ from tests.test_sample import _EPS32, _logit_tolerance, _replay_decisions, _sequ
 V = L = 8
 TEMPS = (0.7, 1.3)
 RUN = RefineConfig(num_iterations=3, num_samples=3, batch_size=16)  # 28 rows/iteration: 2 chunks
+
+
+@pytest.fixture(autouse=True)
+def _one_generate_at_a_time(monkeypatch):
+    """The spies and scripted stand-ins below tell calls apart by their position in the call
+    order, which concurrent chunks would shuffle: here the chunks run one at a time (the module
+    fixture ``run`` and ``test_concurrent_chunks_equal_one_at_a_time`` cover the concurrent path)."""
+    monkeypatch.setattr(host_threads, "pool", lambda: (None, 1))
 
 
 @pytest.fixture(scope="module")
@@ -264,6 +274,28 @@ def _agree_up_to_near_ties(model, codec, n_s, calls_1, calls_8) -> str | None:
         bound = np.broadcast_to(2 * call_tol / t, out_1.logprobs.shape)
         np.testing.assert_array_less(np.abs(out_8.logprobs - out_1.logprobs), bound)
     return None
+
+
+def test_concurrent_chunks_equal_one_at_a_time(model, codec, fn, seeds, monkeypatch):
+    """Without a mesh, an iteration's 2 chunks run on the worker threads; every field of the
+    refinement equals the run that makes one call at a time in the calling thread."""
+    threads: set[int] = set()
+    real = sample.generate
+
+    def spy(*args, **kwargs):
+        threads.add(threading.get_ident())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sample, "generate", spy)
+    with ThreadPoolExecutor(2) as pool:
+        monkeypatch.setattr(host_threads, "pool", lambda: (pool, 2))
+        concurrent = iterative_refinement(jax.random.key(2), model, codec, fn, seeds, TEMPS, RUN)
+    assert threads and threading.get_ident() not in threads  # every chunk ran on the pool
+    threads.clear()
+    monkeypatch.setattr(host_threads, "pool", lambda: (None, 1))
+    one_at_a_time = iterative_refinement(jax.random.key(2), model, codec, fn, seeds, TEMPS, RUN)
+    assert threads == {threading.get_ident()}
+    _assert_same(concurrent, one_at_a_time)
 
 
 def test_mesh_equals_single_device(run, model, codec, fn, seeds, monkeypatch):

@@ -25,15 +25,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from llome_jax import host_threads
 from llome_jax.ehrlich.config import EhrlichConfig
 from llome_jax.ehrlich.dmp import sample_chain, sample_transition_matrix, stationary_distribution
 
@@ -615,12 +614,6 @@ def _finish(out: Any, n: int | None, batch_shape: tuple[int, ...]) -> jax.Array:
 MIN_TOKENS_PER_PART = 1 << 18
 
 
-def _usable_cores() -> int:
-    if hasattr(os, "sched_getaffinity"):  # respects taskset / cgroup pinning
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def host_parts(n: int, length: int, cores: int | None = None) -> int:
     """Equal parts a padded host batch of ``n`` rows of ``length`` tokens is evaluated in,
     concurrently: the largest power of two ``p <= cores`` (default: the CPU cores this process
@@ -636,7 +629,7 @@ def host_parts(n: int, length: int, cores: int | None = None) -> int:
       >>> host_parts(114688, 32, cores=1), host_parts(114688, 32, cores=8)
       (1, 8)
     """
-    cores = _usable_cores() if cores is None else cores
+    cores = host_threads.usable_cores() if cores is None else cores
     parts = 1
     while (
         parts * 2 <= cores
@@ -647,19 +640,6 @@ def host_parts(n: int, length: int, cores: int | None = None) -> int:
     return parts
 
 
-_HOST_POOL: list[tuple[ThreadPoolExecutor, int]] = []
-
-
-def _host_pool() -> tuple[ThreadPoolExecutor, int]:
-    """The worker threads of :func:`_run_host`, started on first use and kept: a fresh thread
-    pays JAX's per-thread set-up on its first call, which cost more than the second core gave
-    (measured: 1.07x instead of 1.45x on f2 at 1e5). It holds threads only, no arrays or models."""
-    if not _HOST_POOL:
-        workers = _usable_cores()
-        _HOST_POOL.append((ThreadPoolExecutor(workers, thread_name_prefix="ehrlich"), workers))
-    return _HOST_POOL[0]
-
-
 def _run_host(
     kernel: Any, fn: Ehrlich, x: np.ndarray, chunk: int, threads: int | None = None
 ) -> Any:
@@ -668,12 +648,10 @@ def _run_host(
     parts = host_parts(x.shape[0], fn.config.dim, threads)
     if parts == 1:
         return kernel(fn, x, chunk)
-    pool, workers = _host_pool()
-    parts = min(parts, workers)  # the affinity may have shrunk since the pool started
     size = x.shape[0] // parts
     blocks = [jax.device_put(x[i * size : (i + 1) * size]) for i in range(parts)]
-    futures = [pool.submit(lambda b: np.asarray(kernel(fn, b, chunk)), b) for b in blocks]
-    return np.concatenate([future.result() for future in futures], axis=0)
+    results = host_threads.map_ordered(lambda b: np.asarray(kernel(fn, b, chunk)), blocks)
+    return np.concatenate(results, axis=0)
 
 
 def _dispatch(

@@ -14,7 +14,8 @@ n_i = 10, n_o = 10, |T| = 6``). All trajectories advance together: one iteration
 :func:`llome_jax.lm.sample.generate` call over every (trajectory, sample) row with a per-row
 temperature (``0`` = greedy), split into equal fixed-shape chunks of at most
 ``config.batch_size`` rows (so it compiles once; see ``_chunking``); within a chunk the prompt
-pass runs once per distinct prompt (``share_prompts``). Outputs are cut at the first
+pass runs once per distinct prompt (``share_prompts``), and without a mesh the chunks run
+concurrently on the host's cores (:mod:`llome_jax.host_threads`; same numbers). Outputs are cut at the first
 ``]`` token, parsed and validated by the
 :class:`~llome_jax.lm.tokenizer.SequenceCodec`; invalid outputs are counted, never kept, never
 chosen as the next input (a trajectory keeps its prompt when nothing valid came out).
@@ -55,7 +56,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from llome_jax import ehrlich
+from llome_jax import ehrlich, host_threads
 from llome_jax.llome.data import first_occurrences
 from llome_jax.llome.seeds import next_refinement_inputs
 from llome_jax.objective import Objective
@@ -321,28 +322,32 @@ def iterative_refinement(
         key_it = jax.random.fold_in(key, it)
         prompt_ids, prompt_mask = codec.encode_prompts(inputs)
         ids, mask = prompt_ids[gen_traj], prompt_mask[gen_traj]
-        outs = []
-        for c in range(num_chunks):  # dispatched asynchronously; gathered below
+
+        def run_chunk(c: int, ids=ids, mask=mask, key_it=key_it) -> tuple[np.ndarray, ...]:
             part = slice(c * chunk, (c + 1) * chunk)
             shared = (
                 _shared_prompts(ids[part], mask[part], multiple) if config.share_prompts else None
             )
             c_ids, c_mask, c_rows = (ids[part], mask[part], None) if shared is None else shared
-            outs.append(
-                generate(
-                    jax.random.fold_in(key_it, c),
-                    model,
-                    c_ids,
-                    c_mask,
-                    sample_config,
-                    gen_temp[part],
-                    mesh=mesh,
-                    prompt_rows=c_rows,
-                )
+            out = generate(
+                jax.random.fold_in(key_it, c),
+                model,
+                c_ids,
+                c_mask,
+                sample_config,
+                gen_temp[part],
+                mesh=mesh,
+                prompt_rows=c_rows,
             )
-        tokens = np.concatenate([np.asarray(o.tokens) for o in outs])[:rows]
-        logp = np.concatenate([np.asarray(o.logprobs) for o in outs])[:rows]
-        logp_raw = np.concatenate([np.asarray(o.logprobs_raw) for o in outs])[:rows]
+            return tuple(np.asarray(a) for a in (out.tokens, out.logprobs, out.logprobs_raw))
+
+        # Without a mesh the chunks run concurrently on the worker threads (llome_jax.host_threads:
+        # one XLA:CPU call uses about one core; each chunk computes what it would alone, so the
+        # numbers do not change); a mesh already spreads each chunk over its devices.
+        outs = host_threads.map_ordered(
+            run_chunk, range(num_chunks), threads=1 if mesh is not None else None
+        )
+        tokens, logp, logp_raw = (np.concatenate(a)[:rows] for a in zip(*outs))
 
         seqs, valid = codec.decode(tokens)
         keep = codec.keep_mask(tokens)
