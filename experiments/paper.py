@@ -8,6 +8,7 @@ and a CSV per figure (issue 16).
     python experiments/paper.py --scale cpu --out results/paper_cpu --only solver --methods GA,LLOME-MargE
     python experiments/paper.py --out results/paper --report-only          # redraw from finished runs
     python experiments/paper.py --scale cpu --out results/paper --runs "f2/LaMBO-2_*"  # a second worker
+    python experiments/paper.py --scale cpu --out results/paper --workers 2   # one process per core
 
 Every run (GA, LLOME-SFT/-MargE/-DPO/-REINFORCE, SFT_i-MargE_j pipelines, LaMBO-2) is a run
 directory ``OUT/runs/<function>/<method>_seed<k>/`` of the shared round driver
@@ -36,7 +37,9 @@ import fnmatch
 import io
 import json
 import math
+import os
 import pathlib
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -362,7 +365,9 @@ def run_one(spec: RunSpec, scale: Scale, path: pathlib.Path, progress: bool) -> 
     return "resumed" if resume else "new"
 
 
-def _run_kind(spec: RunSpec, scale: Scale, llome_cfg: Any, path: pathlib.Path, options: dict) -> Any:
+def _run_kind(
+    spec: RunSpec, scale: Scale, llome_cfg: Any, path: pathlib.Path, options: dict
+) -> Any:
     """Start or resume ``spec``'s run with the optimiser of its kind; returns its result."""
     if spec.kind == "llome":
         from llome_jax.llome import loop
@@ -1352,15 +1357,30 @@ def main(argv: list[str] | None = None) -> int:
         help="run only the planned runs whose name (e.g. f2/LaMBO-2_seed0) matches one of these "
         "comma-separated shell patterns, e.g. 'f2/LaMBO-2_*'; the report still covers every run",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="run the plan in this many processes, each pinned to its own core where there are "
+        "enough (they take the runs in plan order, skipping one another's); the report is "
+        "written once all are done",
+    )
+    parser.add_argument("--worker-tag", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--pin-core", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-progress", action="store_true")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     try:
         if args.scale not in SCALES:
             raise ValueError(f"unknown scale {args.scale!r}; choose from {', '.join(SCALES)}")
+        if args.workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {args.workers}")
         figures = _figures_arg(args.only)
         methods = _methods_arg(args.methods)
     except ValueError as error:
         parser.error(str(error))
+    if args.pin_core is not None:
+        _pin(args.pin_core)
     scale = SCALES[args.scale]
     plan = build_plan(scale, methods, figures)
     report_plan = plan
@@ -1368,7 +1388,9 @@ def main(argv: list[str] | None = None) -> int:
         patterns = [p.strip() for p in args.runs.split(",") if p.strip()]
         plan = [spec for spec in plan if any(fnmatch.fnmatchcase(spec.name, p) for p in patterns)]
         if not plan and not any(fnmatch.fnmatchcase("ga_difficulty", p) for p in patterns):
-            parser.error(f"--runs {args.runs!r} matches none of the {len(report_plan)} planned runs")
+            parser.error(
+                f"--runs {args.runs!r} matches none of the {len(report_plan)} planned runs"
+            )
     costs = {
         spec: scale.cost(spec.kind, _length(spec.function), scale.rounds) for spec in report_plan
     }
@@ -1404,20 +1426,62 @@ def main(argv: list[str] | None = None) -> int:
         if not jax.config.jax_compilation_cache_dir:  # keep a cache the caller set (tests)
             jax.config.update("jax_compilation_cache_dir", str(out / ".jax_cache"))
         t0 = time.perf_counter()
+        helpers = _start_workers(argv, args.workers)
         for index, spec in enumerate(plan, start=1):
             started = time.perf_counter()
             how = run_one(spec, scale, out / "runs" / spec.name, progress=not args.no_progress)
             print(
-                f"[{index}/{len(plan)}] {spec.name}: {how} ({time.perf_counter() - started:.0f} s)",
+                f"{args.worker_tag}[{index}/{len(plan)}] {spec.name}: {how} "
+                f"({time.perf_counter() - started:.0f} s)",
                 flush=True,
             )
-        if sweep:
+        if sweep and not args.worker_tag:
             how = run_difficulty(scale, out / "runs" / "ga_difficulty")
             print(f"ga_difficulty: {how}", flush=True)
-        print(f"runs done in {time.perf_counter() - t0:.0f} s", flush=True)
+        failed = [helper.args for helper in helpers if helper.wait() != 0]
+        print(f"{args.worker_tag}runs done in {time.perf_counter() - t0:.0f} s", flush=True)
+        if args.worker_tag:
+            return 0  # a helper: the first process writes the report
+        if failed:
+            print(f"{len(failed)} worker(s) failed; their runs resume on the next call", flush=True)
     write_report(out, args.scale, scale, report_plan, figures, total)
     print(f"wrote {out / 'report.md'}")
     return 0
+
+
+def _spawn(command: list[str]) -> subprocess.Popen:
+    """Start one helper process (it pins itself: ``--pin-core``; a ``preexec_fn`` would fork a
+    process that already runs JAX's threads)."""
+    return subprocess.Popen(command)
+
+
+def _start_workers(argv: list[str], workers: int) -> list[subprocess.Popen]:
+    """Start ``workers - 1`` helper processes of this command (``--workers 1``, tagged), each
+    pinned to one of this process's cores when there are enough of them (this one takes the
+    first). Every worker walks the same plan: a finished run is skipped, a run another worker
+    holds is "busy" (its lock), so together they run each planned run once."""
+    if workers <= 1:
+        return []
+    cores = _affinity()
+    pin = len(cores) >= workers
+    base = [a for i, a in enumerate(argv) if a != "--workers" and argv[i - 1 : i] != ["--workers"]]
+    base = [a for a in base if not a.startswith("--workers=")]
+    helpers = []
+    for k in range(1, workers):
+        command = [sys.executable, __file__, *base, "--workers", "1", "--worker-tag", f"w{k} "]
+        helpers.append(_spawn(command + (["--pin-core", str(cores[k])] if pin else [])))
+    if pin:
+        _pin(cores[0])
+    return helpers
+
+
+def _affinity() -> list[int]:
+    """The cores this process may run on (empty where the platform cannot pin)."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+def _pin(core: int) -> None:
+    os.sched_setaffinity(0, {core})
 
 
 if __name__ == "__main__":

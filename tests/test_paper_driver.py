@@ -108,6 +108,52 @@ def test_a_run_another_process_holds_is_left_busy(
     assert (run_dir / "done.json").exists()
 
 
+def test_workers_start_pinned_helpers_and_report_after_them(
+    paper, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """``--workers 3`` on 4 cores: two helper processes of the same command (``--workers 1``,
+    tagged), each given its own core, this process pinned to the first; the report is written
+    after the helpers have finished (here stand-ins that run nothing). A helper pins itself."""
+    _tiny(paper, monkeypatch)
+    started, pinned, events = [], [], []
+
+    class FakeHelper:
+        def __init__(self, command):
+            self.args = command
+            started.append(command)
+
+        def wait(self):
+            events.append("helper done")
+            return 0
+
+    monkeypatch.setattr(paper, "_spawn", FakeHelper)
+    monkeypatch.setattr(paper, "_affinity", lambda: [4, 5, 6, 7])
+    monkeypatch.setattr(paper, "_pin", lambda core: pinned.append({core}))
+    real_report = paper.write_report
+    monkeypatch.setattr(
+        paper, "write_report", lambda *a: (events.append("report"), real_report(*a))[1]
+    )
+    out = tmp_path / "paper"
+    argv = ["--scale", "smoke", "--only", "1", "--methods", "GA", "--workers", "3"]
+    assert paper.main([*argv, "--out", str(out), "--no-progress"]) == 0
+    assert len(started) == 2
+    for k, command in enumerate(started, start=1):
+        assert command[1].endswith("paper.py")
+        assert command[2:] == [
+            "--scale", "smoke", "--only", "1", "--methods", "GA", "--out", str(out),
+            "--no-progress", "--workers", "1", "--worker-tag", f"w{k} ", "--pin-core", str(4 + k),
+        ]  # fmt: skip
+    assert pinned == [{4}]  # this process; each helper pins itself to the core it is given
+    assert events == ["helper done", "helper done", "report"]
+    assert "f2/GA_seed0: new" in capsys.readouterr().out
+    pinned.clear()
+    assert paper.main(["--scale", "smoke", "--only", "1", "--methods", "GA", "--out", str(out),
+                       "--no-progress", "--worker-tag", "w1 ", "--pin-core", "6"]) == 0  # fmt: skip
+    assert pinned == [{6}] and "w1 [1/1] f2/GA_seed0: skipped" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        paper.main(["--workers", "0", "--out", str(tmp_path / "x")])
+
+
 def test_tiny_plan_runs_resumes_skips_and_redraws(
     paper, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
