@@ -1384,19 +1384,18 @@ def main(argv: list[str] | None = None) -> int:
     scale = SCALES[args.scale]
     plan = build_plan(scale, methods, figures)
     report_plan = plan
-    if args.runs is not None:
-        patterns = [p.strip() for p in args.runs.split(",") if p.strip()]
-        plan = [spec for spec in plan if any(fnmatch.fnmatchcase(spec.name, p) for p in patterns)]
-        if not plan and not any(fnmatch.fnmatchcase("ga_difficulty", p) for p in patterns):
-            parser.error(
-                f"--runs {args.runs!r} matches none of the {len(report_plan)} planned runs"
-            )
+    patterns = None if args.runs is None else [p.strip() for p in args.runs.split(",") if p.strip()]
+
+    def wanted(name: str) -> bool:
+        return patterns is None or any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+    plan = [spec for spec in report_plan if wanted(spec.name)]
+    if not plan and not wanted("ga_difficulty"):
+        parser.error(f"--runs {args.runs!r} matches none of the {len(report_plan)} planned runs")
     costs = {
         spec: scale.cost(spec.kind, _length(spec.function), scale.rounds) for spec in report_plan
     }
-    sweep = "difficulty_pareto" in figures and (
-        args.runs is None or any(fnmatch.fnmatchcase("ga_difficulty", p) for p in patterns)
-    )
+    sweep = "difficulty_pareto" in figures and wanted("ga_difficulty")
     # 12 settings, each one compilation (~12 s) plus ~4 ms per generation and seed
     sweep_cost = 12 * (12.0 + 0.004 * scale.difficulty_seeds * scale.difficulty_generations)
     total = sum(costs.values()) + (sweep_cost if "difficulty_pareto" in figures else 0.0)
@@ -1438,12 +1437,12 @@ def main(argv: list[str] | None = None) -> int:
         if sweep and not args.worker_tag:
             how = run_difficulty(scale, out / "runs" / "ga_difficulty")
             print(f"ga_difficulty: {how}", flush=True)
-        failed = [helper.args for helper in helpers if helper.wait() != 0]
+        failed = sum(helper.wait() != 0 for helper in helpers)
         print(f"{args.worker_tag}runs done in {time.perf_counter() - t0:.0f} s", flush=True)
         if args.worker_tag:
             return 0  # a helper: the first process writes the report
         if failed:
-            print(f"{len(failed)} worker(s) failed; their runs resume on the next call", flush=True)
+            print(f"{failed} worker(s) failed; their runs resume on the next call", flush=True)
     write_report(out, args.scale, scale, report_plan, figures, total)
     print(f"wrote {out / 'report.md'}")
     return 0
@@ -1476,8 +1475,9 @@ def _start_workers(argv: list[str], workers: int) -> list[subprocess.Popen]:
 
 
 def _affinity() -> list[int]:
-    """The cores this process may run on (empty where the platform cannot pin)."""
-    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    from llome_jax import host_threads
+
+    return host_threads.core_ids()
 
 
 def _pin(core: int) -> None:

@@ -9,8 +9,9 @@ every core when its calls are made from a few worker threads. Each call computes
 computed before, so results do not change (docs/benchmarks.md has the speed-ups).
 
 The pool is started on first use and kept: a fresh thread pays JAX's per-thread set-up on its
-first call, which cost more than the second core gave (Ehrlich f2 at 1e5: 1.07x with a fresh pool
-per call, 1.45x with a kept one). It holds threads only, never arrays or models. Only stdlib.
+first call, which cost more than the second core gave (a one-off probe, Ehrlich f2 at 1e5:
+1.07x with a fresh pool per call, 1.45x with a kept one). It holds threads only, never arrays
+or models. Only stdlib.
 """
 
 from __future__ import annotations
@@ -20,18 +21,22 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["map_ordered", "pool", "usable_cores"]
+__all__ = ["core_ids", "map_ordered", "pool", "usable_cores"]
 
 T = TypeVar("T")
 
 _POOL: list[tuple[ThreadPoolExecutor, int]] = []
 
 
+def core_ids() -> list[int]:
+    """The CPU cores this process may run on, sorted (``taskset`` and cgroup pinning respected);
+    empty where the platform cannot tell."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
 def usable_cores() -> int:
-    """The CPU cores this process may run on (``taskset`` and cgroup pinning respected)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    """How many CPU cores this process may run on."""
+    return len(core_ids()) or os.cpu_count() or 1
 
 
 def pool() -> tuple[ThreadPoolExecutor, int]:
@@ -42,15 +47,15 @@ def pool() -> tuple[ThreadPoolExecutor, int]:
     return _POOL[0]
 
 
-def map_ordered(
-    function: Callable[[Any], T], items: Iterable[Any], threads: int | None = None
-) -> list[T]:
-    """``[function(item) for item in items]``, with up to ``threads`` calls at a time (default:
-    the pool's threads) on the worker pool; in the calling thread when that is 1 or there is one
-    item. Results keep the order of ``items``; the first exception is raised."""
+def map_ordered(function: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
+    """``[function(item) for item in items]`` on the worker pool, as many at a time as it has
+    threads; in the calling thread when it has one or there is one item. Results keep the order
+    of ``items``; the first exception is raised. Callers decide whether concurrency helps (it
+    does for XLA:CPU calls; see the module docstring)."""
     items = list(items)
+    if len(items) <= 1:
+        return [function(item) for item in items]
     executor, workers = pool()
-    limit = workers if threads is None else min(threads, workers)
-    if limit <= 1 or len(items) <= 1:
+    if workers <= 1:
         return [function(item) for item in items]
     return list(executor.map(function, items))

@@ -645,7 +645,8 @@ def _run_host(
 ) -> Any:
     """``kernel(fn, x, chunk)`` on a padded NumPy batch, split over :func:`host_parts` threads
     (equal parts, so one compiled shape); the parts' results are joined on the host."""
-    parts = host_parts(x.shape[0], fn.config.dim, threads)
+    # the kernel runs on the default device: only XLA:CPU calls gain from threads
+    parts = host_parts(x.shape[0], fn.config.dim, threads) if jax.default_backend() == "cpu" else 1
     if parts == 1:
         return kernel(fn, x, chunk)
     size = x.shape[0] // parts

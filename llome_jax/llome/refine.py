@@ -14,9 +14,9 @@ n_i = 10, n_o = 10, |T| = 6``). All trajectories advance together: one iteration
 :func:`llome_jax.lm.sample.generate` call over every (trajectory, sample) row with a per-row
 temperature (``0`` = greedy), split into equal fixed-shape chunks of at most
 ``config.batch_size`` rows (so it compiles once; see ``_chunking``); within a chunk the prompt
-pass runs once per distinct prompt (``share_prompts``), and without a mesh the chunks run
-concurrently on the host's cores (:mod:`llome_jax.host_threads`; same numbers). Outputs are cut at the first
-``]`` token, parsed and validated by the
+pass runs once per distinct prompt (``share_prompts``), and on XLA:CPU without a mesh the
+chunks run concurrently on the host's cores (:mod:`llome_jax.host_threads`; same numbers).
+Outputs are cut at the first ``]`` token, parsed and validated by the
 :class:`~llome_jax.lm.tokenizer.SequenceCodec`; invalid outputs are counted, never kept, never
 chosen as the next input (a trajectory keeps its prompt when nothing valid came out).
 
@@ -316,6 +316,10 @@ def iterative_refinement(
 
     inputs = np.tile(seeds, (num_jobs, 1))  # [J * n_s, L], trajectory t = job * n_s + seed
     best = np.full(num_jobs * n_s, -np.inf, np.float32)
+    # One XLA:CPU call uses about one core and calls from different threads overlap
+    # (llome_jax.host_threads); a mesh spreads each chunk over its devices, and an accelerator
+    # runs one call at a time anyway.
+    concurrent = mesh is None and jax.default_backend() == "cpu"
     record: dict[str, list[np.ndarray]] = {k: [] for k in ("seq", "inp", "ll", "raw", "valid")}
     num_valid, start = 0, time.perf_counter()
     for it in range(config.num_iterations):
@@ -323,13 +327,13 @@ def iterative_refinement(
         prompt_ids, prompt_mask = codec.encode_prompts(inputs)
         ids, mask = prompt_ids[gen_traj], prompt_mask[gen_traj]
 
-        def run_chunk(c: int, ids=ids, mask=mask, key_it=key_it) -> tuple[np.ndarray, ...]:
+        def dispatch(c: int, ids=ids, mask=mask, key_it=key_it) -> Any:
             part = slice(c * chunk, (c + 1) * chunk)
             shared = (
                 _shared_prompts(ids[part], mask[part], multiple) if config.share_prompts else None
             )
             c_ids, c_mask, c_rows = (ids[part], mask[part], None) if shared is None else shared
-            out = generate(
+            return generate(
                 jax.random.fold_in(key_it, c),
                 model,
                 c_ids,
@@ -339,14 +343,14 @@ def iterative_refinement(
                 mesh=mesh,
                 prompt_rows=c_rows,
             )
+
+        def gather(out: Any) -> tuple[np.ndarray, ...]:
             return tuple(np.asarray(a) for a in (out.tokens, out.logprobs, out.logprobs_raw))
 
-        # Without a mesh the chunks run concurrently on the worker threads (llome_jax.host_threads:
-        # one XLA:CPU call uses about one core; each chunk computes what it would alone, so the
-        # numbers do not change); a mesh already spreads each chunk over its devices.
-        outs = host_threads.map_ordered(
-            run_chunk, range(num_chunks), threads=1 if mesh is not None else None
-        )
+        if concurrent:  # each chunk computes what it would alone: the numbers do not change
+            outs = host_threads.map_ordered(lambda c: gather(dispatch(c)), range(num_chunks))
+        else:  # dispatched asynchronously, then gathered
+            outs = [gather(o) for o in [dispatch(c) for c in range(num_chunks)]]
         tokens, logp, logp_raw = (np.concatenate(a)[:rows] for a in zip(*outs))
 
         seqs, valid = codec.decode(tokens)
