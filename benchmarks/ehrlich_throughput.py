@@ -294,7 +294,11 @@ def main() -> None:
     meta = {
         "machine": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
-        "note": "CPU only; no GPU was available for this measurement.",
+        "note": (
+            "CPU only; no GPU was available for this measurement."
+            if os.environ.get("JAX_PLATFORMS", "cpu") == "cpu"
+            else f"JAX_PLATFORMS={os.environ['JAX_PLATFORMS']}"
+        ),
         "commit": subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
             capture_output=True,

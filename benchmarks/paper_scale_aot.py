@@ -42,7 +42,6 @@ os.environ["XLA_FLAGS"] = (
 )
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import dataclasses  # noqa: E402
 from typing import Any  # noqa: E402
 
 import jax  # noqa: E402
@@ -51,7 +50,7 @@ from _report import write_json  # noqa: E402  (benchmarks/_report.py)
 
 from llome_jax import parallel  # noqa: E402
 from llome_jax.llome.finetune import microbatches  # noqa: E402
-from llome_jax.llome.presets import PRESETS  # noqa: E402
+from llome_jax.llome.presets import preset  # noqa: E402
 from llome_jax.lm.pythia import PythiaConfig, abstract_model  # noqa: E402
 from llome_jax.losses import LossBatch, default_params, get_loss, loss_spec  # noqa: E402
 from llome_jax.train import (  # noqa: E402
@@ -74,7 +73,7 @@ def _sds(shape, dtype, mesh, spec):
 def main() -> None:
     from jax.sharding import PartitionSpec as P
 
-    paper = PRESETS["paper"]
+    paper = preset("paper", weights="(abstract: no weights are read)")
     mesh = parallel.make_mesh(args.devices)
     rows = []
     for loss in [x.strip() for x in args.losses.split(",") if x.strip()]:
@@ -82,12 +81,13 @@ def main() -> None:
             rows.append(_generate_row(paper, mesh))
             continue
         triples = loss_spec(loss).data == "triples"
-        dtype = paper["dpo_compute_dtype"] if triples else "float32"
+        dtype = paper.finetune.dpo_compute_dtype if triples else "float32"
         config = PythiaConfig.preset(args.model, compute_dtype=dtype)
         model = abstract_model(config)
-        units = paper["sft_batch_size"] if loss == "sft" else paper["batch_size"]
-        cfg = _LoopLike(paper["num_microbatches"])
-        m = microbatches(cfg, mesh, units)
+        units = paper.finetune.batch_size
+        if loss == "sft" and paper.finetune.sft_batch_size is not None:
+            units = paper.finetune.sft_batch_size
+        m = microbatches(paper, mesh, units)
         opt = make_optimizer(paper_optimizer(loss, 1000))
         step = make_train_step(get_loss(loss), model, opt, num_microbatches=m, mesh=mesh)
         _, params, _ = split_params(model)
@@ -171,7 +171,7 @@ def _memory_row(compiled: Any, seconds: float, **fields: Any) -> dict[str, Any]:
     return row
 
 
-def _generate_row(paper: dict[str, Any], mesh: Any) -> dict[str, Any]:
+def _generate_row(paper: Any, mesh: Any) -> dict[str, Any]:
     """AOT-compile one chunk of refinement sampling (``refine.batch_size`` rows over the mesh)."""
     from flax import nnx
     from jax.sharding import PartitionSpec as P
@@ -181,7 +181,7 @@ def _generate_row(paper: dict[str, Any], mesh: Any) -> dict[str, Any]:
     config = PythiaConfig.preset(args.model)
     graphdef, state = nnx.split(abstract_model(config))
     state = jax.tree.map(lambda x: _sds(x.shape, x.dtype, mesh, P()), state)
-    rows_b = paper["refine"]["batch_size"]
+    rows_b = paper.refine.batch_size
     data = P(parallel.DATA_AXIS)
     prompt = (rows_b, args.prompt_tokens)
     sample = SampleConfig(
@@ -220,14 +220,6 @@ def _generate_row(paper: dict[str, Any], mesh: Any) -> dict[str, Any]:
 
 def _replicated(mesh: Any) -> Any:
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-
-
-@dataclasses.dataclass(frozen=True)
-class _LoopLike:
-    """The one ``LoopConfig`` field ``finetune.microbatches`` reads."""
-
-    num_microbatches: int
-    batch_size: int = 64
 
 
 if __name__ == "__main__":
