@@ -62,10 +62,13 @@ def measure(
     dtype: str = "int32",
     previous: bool = False,
     host: bool = False,
+    chunk_sizes: tuple[int, ...] = (),
 ) -> dict:
     """Runs inside the worker subprocess. With ``previous``, the previous kernel is timed on the
     same batch, alternating call by call with the current one (so load changes hit both); with
-    ``host``, so is ``ehrlich.evaluate`` called on the batch as a NumPy array."""
+    ``host``, so is ``ehrlich.evaluate`` called on the batch as a NumPy array; with
+    ``chunk_sizes``, so is the jitted kernel with each of these ``chunk_size=`` values (0 = the
+    whole batch in one block), values checked bit for bit against the default."""
     import jax
     import jax.numpy as jnp
 
@@ -122,6 +125,14 @@ def measure(
         candidates["host_1"] = lambda f, _: ehrlich.evaluate(f, x_host, threads=1)
         if not bool(jnp.all(candidates["host"](fn, x).view(jnp.int32) == values.view(jnp.int32))):
             raise AssertionError("the host call and the jitted kernel disagree")
+    for size in chunk_sizes:
+        size = size or batch
+        candidates[f"chunk_{size}"] = jax.jit(
+            lambda f, xs, size=size: ehrlich.evaluate(f, xs, chunk_size=size)
+        )
+        other = candidates[f"chunk_{size}"](fn, x).block_until_ready()
+        if not bool(jnp.all(other.view(jnp.int32) == values.view(jnp.int32))):
+            raise AssertionError(f"chunk_size={size} changes the values")
     reset = _reset_peak_rss()
     timings: dict[str, list[float]] = {name: [] for name in candidates}
     for _ in range(repeats):
@@ -144,6 +155,9 @@ def measure(
         extra["host_1_thread_best_seq_per_s"] = batch / one[0]
         extra["host_1_thread_median_seq_per_s"] = batch / one[len(one) // 2]
         extra["usable_cores"] = len(os.sched_getaffinity(0))
+    for name in timings:
+        if name.startswith("chunk_"):
+            extra[f"{name}_best_seq_per_s"] = batch / min(timings[name])
     return {
         **extra,
         "function": function,
@@ -188,12 +202,22 @@ def main() -> None:
         "(batches <= 1e5) and report the speed-up measured in this run",
     )
     parser.add_argument(
+        "--chunk-sizes",
+        default="",
+        help="also time evaluate(..., chunk_size=N) for these comma-separated N (0 = the whole "
+        "batch), interleaved with the default; e.g. on a GPU, where the default L1-sized chunks "
+        "leave the device idle",
+    )
+    parser.add_argument(
         "--worker", nargs=3, metavar=("FUNCTION", "BATCH", "DEVICES"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
     if args.worker:
         function, batch, devices = args.worker[0], int(float(args.worker[1])), int(args.worker[2])
-        row = measure(function, batch, devices, args.repeats, args.dtype, args.previous, args.host)
+        sizes = tuple(int(float(c)) for c in args.chunk_sizes.split(",") if c.strip())
+        row = measure(
+            function, batch, devices, args.repeats, args.dtype, args.previous, args.host, sizes
+        )
         print(json.dumps(row))
         return
     functions = ["f2", "f4"] if args.quick else args.functions.split(",")
@@ -229,6 +253,7 @@ def main() -> None:
                     ]
                     + (["--previous"] if args.previous else [])
                     + (["--host"] if args.host and devices == 1 else [])
+                    + (["--chunk-sizes", args.chunk_sizes] if args.chunk_sizes else [])
                 )
                 result = subprocess.run(
                     command, capture_output=True, text=True, env=env, check=False
@@ -279,6 +304,11 @@ def main() -> None:
                         f" (threads=1: {row['host_1_thread_best_seq_per_s']:.3e})"
                         if "host_best_seq_per_s" in row
                         else ""
+                    )
+                    + "".join(
+                        f"  {key.removesuffix('_best_seq_per_s')} {value:.3e}"
+                        for key, value in row.items()
+                        if key.startswith("chunk_") and key.endswith("_best_seq_per_s")
                     ),
                     flush=True,
                 )

@@ -3,7 +3,8 @@
 # machine whose Python has jax[cuda], flax, optax and orbax; results go to $OUT, default
 # benchmarks/results/gpu). Each step is time-boxed, so a slow one does not starve the rest.
 #
-#   1. Ehrlich throughput on the GPU (f2, f4 at 1e5-1e7 sequences);
+#   1. Ehrlich throughput on the GPU (f2, f4 at 1e5-1e7 sequences; the default L1-sized chunks
+#      against 8192, 65536 and whole-batch chunks);
 #   2. one LaMBO-2 round of the `paper` preset (128/128/128 CNN, E 100) on f2, by phase;
 #   3. the `paper` preset's Pythia-2.8B MargE train step and one refinement chunk (random weights);
 #   4. `lambo2run`: a whole LaMBO-2 run of the `paper` preset on a training instance of the f2
@@ -25,7 +26,7 @@ for step in $steps; do
   case $step in
     ehrlich)
       JAX_PLATFORMS=cuda timeout 90 python3 benchmarks/ehrlich_throughput.py --functions f2,f4 \
-        --batches 1e5,1e6,1e7 --repeats 3 2>&1 | tail -n 20
+        --batches 1e5,1e6,1e7 --repeats 3 --chunk-sizes 8192,65536,0 2>&1 | tail -n 20
       cp benchmarks/results/ehrlich_throughput*.json "$OUT"/ 2>/dev/null ;;
     lambo2)
       timeout 240 python3 benchmarks/lambo2_round.py --preset paper \
