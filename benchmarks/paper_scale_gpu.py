@@ -56,11 +56,25 @@ def _compiled_memory(compiled: Any) -> dict[str, float]:
     }
 
 
+def _timed_calls(call: Any, steps: int, name: str) -> dict[str, Any]:
+    """Time ``call()`` ``steps + 1`` times: the first (warm-up) call and the median of the rest."""
+    times = []
+    for _ in range(steps + 1):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return {
+        f"first_{name}_seconds": times[0],
+        f"{name}_seconds": statistics.median(times[1:]),
+        f"{name}_seconds_all": times[1:],
+    }
+
+
 def _train_row(args: argparse.Namespace, paper: Any, loss: str) -> dict[str, Any]:
     from flax import nnx
 
     from llome_jax.llome.finetune import microbatches
-    from llome_jax.lm.pythia import Pythia, PythiaConfig
+    from llome_jax.lm.pythia import Pythia, PythiaConfig, abstract_model
     from llome_jax.losses import LossBatch, default_params, get_loss, loss_spec
     from llome_jax.train import (
         TrainBatch,
@@ -85,7 +99,7 @@ def _train_row(args: argparse.Namespace, paper: Any, loss: str) -> dict[str, Any
     del model
     jax.block_until_ready(state)
     t_init = time.perf_counter() - t0
-    step = make_train_step(get_loss(loss), abstract_or(config), opt, num_microbatches=m)
+    step = make_train_step(get_loss(loss), abstract_model(config), opt, num_microbatches=m)
     rows_b = 2 * units if triples else units
     rng = np.random.default_rng(0)
     prompt = args.tokens // 2
@@ -109,14 +123,14 @@ def _train_row(args: argparse.Namespace, paper: Any, loss: str) -> dict[str, Any
     t0 = time.perf_counter()
     compiled = step.jitted.lower(state, batch, hparams, step.rest).compile()
     t_compile = time.perf_counter() - t0
-    times = []
     metrics: dict[str, Any] = {}
-    for _ in range(args.steps + 1):
-        t0 = time.perf_counter()
+
+    def one_step() -> None:
+        nonlocal state, metrics
         state, metrics = compiled(state, batch, hparams, step.rest)
         jax.block_until_ready(metrics)
-        times.append(time.perf_counter() - t0)
-    step_s = statistics.median(times[1:])
+
+    timing = _timed_calls(one_step, args.steps, "step")
     return {
         "phase": loss,
         "model": args.model,
@@ -127,21 +141,12 @@ def _train_row(args: argparse.Namespace, paper: Any, loss: str) -> dict[str, Any
         "num_microbatches": m,
         "init_seconds": t_init,
         "compile_seconds": t_compile,
-        "first_step_seconds": times[0],
-        "step_seconds": step_s,
-        "step_seconds_all": times[1:],
-        "tokens_per_second": rows_b * args.tokens / step_s,
+        **timing,
+        "tokens_per_second": rows_b * args.tokens / timing["step_seconds"],
         "loss": float(metrics["loss"]),
         **_compiled_memory(compiled),
         **_device_memory(),
     }
-
-
-def abstract_or(config: Any) -> Any:
-    """The policy's graph (parameters come from the state): an abstract model, no weights."""
-    from llome_jax.lm.pythia import abstract_model
-
-    return abstract_model(config)
 
 
 def _generate_row(args: argparse.Namespace, paper: Any) -> dict[str, Any]:
@@ -166,13 +171,13 @@ def _generate_row(args: argparse.Namespace, paper: Any) -> dict[str, Any]:
     t0 = time.perf_counter()
     compiled = _jitted_core.lower(*call_args).compile()
     t_compile = time.perf_counter() - t0
-    times = []
-    for i in range(args.steps + 1):
-        t0 = time.perf_counter()
-        out = compiled(state, jax.random.key(i), prompt, mask, temperature)
-        jax.block_until_ready(out)
-        times.append(time.perf_counter() - t0)
-    call_s = statistics.median(times[1:])
+    calls = iter(range(args.steps + 1))
+
+    def one_call() -> None:
+        key = jax.random.key(next(calls))
+        jax.block_until_ready(compiled(state, key, prompt, mask, temperature))
+
+    timing = _timed_calls(one_call, args.steps, "call")
     return {
         "phase": "generate",
         "model": args.model,
@@ -182,10 +187,8 @@ def _generate_row(args: argparse.Namespace, paper: Any) -> dict[str, Any]:
         "new_tokens": args.new_tokens,
         "init_seconds": t_init,
         "compile_seconds": t_compile,
-        "first_call_seconds": times[0],
-        "call_seconds": call_s,
-        "call_seconds_all": times[1:],
-        "new_tokens_per_second": rows_b * args.new_tokens / call_s,
+        **timing,
+        "new_tokens_per_second": rows_b * args.new_tokens / timing["call_seconds"],
         **_compiled_memory(compiled),
         **_device_memory(),
     }
