@@ -100,6 +100,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # MargE's lambda (the preset: 10; lambda 1 collapsed the policy in round 2): 3x both ways
     "compact_kl3": {**COMPACT, "finetune.kl_weight": 3.0},
     "compact_kl30": {**COMPACT, "finetune.kl_weight": 30.0},
+    # MargE's rationality beta (the reward's factor in pi* ∝ exp(beta r); the preset: 1). The
+    # margin rewards are 0.02-0.2 against per-token log-likelihoods of ~0.3: 3x and 10x
+    "compact_beta3": {**COMPACT, "finetune.reward_beta": 3.0},
+    "compact_beta10": {**COMPACT, "finetune.reward_beta": 10.0},
 }
 
 

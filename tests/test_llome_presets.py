@@ -169,6 +169,22 @@ def test_dpo_in_bfloat16_trains_close_to_float32():
         fp32.replace(sft_batch_size=0)
 
 
+def test_reward_beta_override_reaches_marge_and_reinforce_only() -> None:
+    """``finetune.reward_beta`` sets the reward's factor ``beta`` of MargE and REINFORCE (default:
+    the losses' own 1.0, the authors' value); DPO's ``beta`` is another quantity and stays."""
+    base = preset("smoke")
+    assert base.finetune.reward_beta is None
+    assert float(finetune.loss_params(base, "marge").beta) == 1.0
+    cfg = base.replace(**{"finetune.reward_beta": 3.0})
+    assert float(finetune.loss_params(cfg, "marge").beta) == 3.0
+    assert float(finetune.loss_params(cfg, "reinforce").beta) == 3.0
+    assert finetune.loss_params(cfg, "dpo") == finetune.loss_params(base, "dpo")
+    assert finetune.loss_params(cfg, "sft") == finetune.loss_params(base, "sft")
+    for bad in (0.0, -1.0, float("inf"), True, "2"):
+        with pytest.raises(ValueError, match="reward_beta"):
+            base.replace(**{"finetune.reward_beta": bad})
+
+
 # ------------------------------------------------------------------------ paper preset end to end
 #: Small, but not solved by the GA data and one round (``Ehr(8,8)-2-2-2`` is).
 PAPER_TEST_FUNCTION = "Ehr(16,16)-2-4-4"

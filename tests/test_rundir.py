@@ -85,6 +85,13 @@ def test_flat_llome_config_json_reads_as_the_nested_configuration():
     }
     assert "share_prompts" not in before["refine"]
     assert upgrade_saved_config(before) == nested
+    # ... and before finetune.reward_beta (an override, off by default)
+    before_beta = {
+        **nested,
+        "finetune": {k: v for k, v in nested["finetune"].items() if k != "reward_beta"},
+    }
+    assert "reward_beta" not in before_beta["finetune"]
+    assert upgrade_saved_config(before_beta) == nested
 
 
 def test_log_read_and_rollback(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import pathlib
 from collections.abc import Mapping
 from typing import Any
@@ -26,6 +27,7 @@ __all__ = [
     "FLAT_KEYS",
     "LEGACY_VALUES",
     "LOSS_NAMES",
+    "NEUTRAL_ADDITIONS",
     "SPEED_ONLY",
     "FinetuneConfig",
     "LoopConfig",
@@ -56,6 +58,11 @@ LEGACY_VALUES: dict[str, Any] = {
 #: against the behaviour before them): a saved configuration made before one existed resumes with
 #: today's default instead of being refused.
 SPEED_ONLY: tuple[tuple[str, str], ...] = (("refine", "share_prompts"),)
+
+#: ``(section, key)`` of settings added to the nested configuration whose default is the behaviour
+#: before them (an override that is off by default): a saved configuration made before one
+#: existed resumes with that default, as for :data:`SPEED_ONLY`.
+NEUTRAL_ADDITIONS: tuple[tuple[str, str], ...] = (("finetune", "reward_beta"),)
 
 
 # --------------------------------------------------------------------------------------------
@@ -154,6 +161,8 @@ class FinetuneConfig:
       max_train_examples: random subset of the round's pairs/triples (``None``: all), a CPU knob.
       marge_group_size: self-normalisation group (``None``: the whole batch, paper; 1: reference).
       kl_weight: MargE/REINFORCE ``lambda`` override (``None``: 10).
+      reward_beta: MargE/REINFORCE rationality ``beta`` override, the factor on the reward in
+        the target ``pi* ∝ exp(beta r)`` (``None``: the loss's 1, the authors' value).
       marge_weight_norm: MargE's self-normalised weights ``w~`` "sum" to 1 over the batch (the
         appendix "Self-Normalization" read literally: reward term ``(1/B) sum w~ c``) or have
         "mean" 1 (``sum w~ c``, the self-normalised importance-sampling estimate, B times larger
@@ -190,6 +199,7 @@ class FinetuneConfig:
     max_train_examples: int | None = None
     marge_group_size: int | None = None
     kl_weight: float | None = None
+    reward_beta: float | None = None
     marge_weight_norm: str = "mean"
     logprob_batch_size: int = 64
     select_checkpoint: bool = False
@@ -220,6 +230,11 @@ class FinetuneConfig:
             )
         if self.max_train_examples is not None and self.max_train_examples < 1:
             raise ValueError("max_train_examples must be >= 1 or None")
+        beta = self.reward_beta
+        if beta is not None and (
+            isinstance(beta, bool) or not isinstance(beta, int | float) or not 0 < beta < math.inf
+        ):
+            raise ValueError(f"reward_beta must be a positive number or None; got {beta!r}")
         self._check_selection()
 
     def _check_selection(self) -> None:
@@ -433,12 +448,12 @@ def upgrade_saved_config(saved: Mapping[str, Any]) -> dict[str, Any]:
     added since are filled with the values that reproduce the old behaviour
     (:data:`LEGACY_VALUES`). Keys that are not settings (``optimizer``, ``loss``,
     ``provenance``) are kept. A nested one is returned unchanged, except that settings of
-    :data:`SPEED_ONLY` it lacks take today's defaults.
+    :data:`SPEED_ONLY` and :data:`NEUTRAL_ADDITIONS` it lacks take today's defaults.
     """
     if "finetune" in saved:
         upgraded = dict(saved)
         defaults = LoopConfig().to_dict()
-        for section, key in SPEED_ONLY:
+        for section, key in SPEED_ONLY + NEUTRAL_ADDITIONS:
             if isinstance(upgraded.get(section), dict) and key not in upgraded[section]:
                 upgraded[section] = {**upgraded[section], key: defaults[section][key]}
         return upgraded

@@ -130,6 +130,8 @@ def loss_params(cfg: LoopConfig, loss: str) -> Any:
     params = spec.params
     if cfg.finetune.kl_weight is not None and spec.kl_weighted:
         params = params.replace(kl_weight=float(cfg.finetune.kl_weight))
+    if cfg.finetune.reward_beta is not None and spec.kl_weighted:
+        params = params.replace(beta=float(cfg.finetune.reward_beta))
     if spec.weight_norm:
         params = params.replace(weights_sum_to_one=float(cfg.finetune.marge_weight_norm == "sum"))
     return params
