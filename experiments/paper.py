@@ -959,14 +959,38 @@ def figure_selection(ctx: Context) -> tuple[str, str]:
 
 
 def figure_half_quant(ctx: Context) -> tuple[str, str]:
-    curves = _curves(ctx.select("half_quant", HALF))
+    selected = ctx.select("half_quant", HALF)
+    curves = _curves(selected)
     _plot_curves(ctx.out / "half_quant.png", {HALF: curves})
     summary = _summary(curves, ctx.budget)
     rows = [[m, s["seeds"], s["median"], s["min"], s["max"]] for m, s in sorted(summary.items())]
     header = ["method", "seeds", "median_min_regret", "min", "max"]
     _write_csv(ctx.out / "half_quant.csv", header, rows)
     verdict, why = _verdict_best(summary, "LLOME-MargE")
-    return _table(header, rows) + f"\n\nVerdict basis (LLOME-MargE best, as on f2): {why}.", verdict
+    stops = _early_stops(ctx, selected)
+    return (
+        _table(header, rows)
+        + (f"\n\nRuns that stopped before their budget: {stops}." if stops else "")
+        + f"\n\nVerdict basis (LLOME-MargE best, as on f2): {why}.",
+        verdict,
+    )
+
+
+def _early_stops(ctx: Context, selected: dict[RunSpec, list[dict]]) -> str:
+    """``"method: N runs after round r (reason)"`` for finished runs with fewer labels than the
+    budget, e.g. LLOME with no training pairs in the GA data."""
+    stops: dict[tuple[str, int, str], int] = {}
+    for spec, records in selected.items():
+        if records[-1]["num_evaluations"] >= ctx.budget:
+            continue
+        done = ctx.out / "runs" / spec.name / "done.json"
+        reason = json.loads(done.read_text()).get("stop_reason", "") if done.exists() else ""
+        key = (spec.method, int(records[-1]["round"]), reason or "no reason recorded")
+        stops[key] = stops.get(key, 0) + 1
+    return "; ".join(
+        f"{method}: {n} run{'s' if n > 1 else ''} after round {last} ({reason})"
+        for (method, last, reason), n in sorted(stops.items())
+    )
 
 
 def figure_model_size(ctx: Context) -> tuple[str, str]:

@@ -249,3 +249,29 @@ def test_calibration_verdict_names_what_is_missing(paper) -> None:
     assert verdict == "disagree" and "LLOME-SFT: rho 0.100 over 300" in why
     verdict, _ = paper._rho_verdict({m: (-0.2, 300) for m in methods}, methods)
     assert verdict == "agree"
+
+
+def test_early_stops_name_the_runs_short_of_the_budget(paper, tmp_path: pathlib.Path) -> None:
+    """Figure 8 says which runs stopped before the budget and why (on the half-quantised f2 the
+    GA's labels are all 0, so LLOME has no training pairs and stops after round 0)."""
+    scale = paper.SCALES["cpu"]
+    ctx = paper.Context(tmp_path, scale, "cpu", [], {})
+    budget = ctx.budget
+
+    def spec(method: str, seed: int):
+        return paper.RunSpec(method, "llome", paper.HALF, seed, None, ("half_quant",))
+
+    selected = {}
+    for seed in (0, 1):  # two LLOME-SFT runs that stopped after round 0 with the same reason
+        s = spec("LLOME-SFT", seed)
+        (tmp_path / "runs" / s.name).mkdir(parents=True)
+        (tmp_path / "runs" / s.name / "done.json").write_text(
+            json.dumps({"last_round": 0, "stop_reason": "no training pairs"})
+        )
+        selected[s] = [{"round": 0, "num_evaluations": 10_000}]
+    full = spec("LLOME-MargE", 0)  # a run that used its budget is not listed
+    selected[full] = [{"round": 10, "num_evaluations": budget}]
+    assert paper._early_stops(ctx, selected) == (
+        "LLOME-SFT: 2 runs after round 0 (no training pairs)"
+    )
+    assert paper._early_stops(ctx, {full: selected[full]}) == ""
