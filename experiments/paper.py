@@ -1074,6 +1074,7 @@ def figure_difficulty_pareto(ctx: Context) -> tuple[str, str]:
     starts = [r[0]["num_evaluations"] for r in ctx.runs.values() if r]
     lo = float(min(starts)) if starts else 0.0
     hv: dict[str, list[float]] = {}
+    hv_by_function: dict[str, dict[str, list[float]]] = {}
     frontier_rows = []
     points: dict[str, list[tuple[int, float]]] = {}
     for spec, records in sorted(ctx.runs.items(), key=lambda kv: kv[0].name):
@@ -1089,9 +1090,9 @@ def figure_difficulty_pareto(ctx: Context) -> tuple[str, str]:
             if spec.method in METHODS or spec.method == "LLOME-REINFORCE"
             else "LLOME-SFT/MargE pipelines"
         )
-        hv.setdefault(family, []).append(
-            _hypervolume([p[0] for p in pts], [p[1] for p in pts], lo, ctx.budget)
-        )
+        area = _hypervolume([p[0] for p in pts], [p[1] for p in pts], lo, ctx.budget)
+        hv.setdefault(family, []).append(area)
+        hv_by_function.setdefault(family, {}).setdefault(spec.function, []).append(area)
         points.setdefault(family, []).extend(pts)
     for family, pts in sorted(points.items()):
         best = float("inf")
@@ -1099,13 +1100,28 @@ def figure_difficulty_pareto(ctx: Context) -> tuple[str, str]:
             if g < best:
                 best = g
                 frontier_rows.append([family, e, g])
-    table = [[m, len(v), float(np.mean(v))] for m, v in sorted(hv.items())]
+    # methods ran on different functions (the GA everywhere, LaMBO-2 on L = 128 late), so the
+    # comparison averages per-function means over the functions every compared method has
+    compared = ("GA", "LaMBO-2", "LLOME-SFT", "LLOME-MargE", "LLOME-DPO")
+    present = [set(hv_by_function[m]) for m in compared if m in hv_by_function]
+    common = sorted(set.intersection(*present)) if len(present) == len(compared) else []
+
+    def common_mean(family: str) -> float | None:
+        per = hv_by_function[family]
+        if not common or any(f not in per for f in common):
+            return None
+        return float(np.mean([np.mean(per[f]) for f in common]))
+
+    table = [
+        [m, len(v), float(np.mean(v)), ", ".join(sorted(hv_by_function[m])), common_mean(m)]
+        for m, v in sorted(hv.items())
+    ]
     _write_csv(
         ctx.out / "difficulty_pareto.csv",
         ["kind", "a", "b", "c", "d"],
         [["difficulty", *r] for r in diff_rows]
         + [["frontier", *r, ""] for r in frontier_rows]
-        + [["hypervolume", *r, "", ""] for r in table],
+        + [["hypervolume", *r[:3], "", ""] for r in table],
     )
     import matplotlib
 
@@ -1138,27 +1154,30 @@ def figure_difficulty_pareto(ctx: Context) -> tuple[str, str]:
                 "method",
                 "runs",
                 f"mean hypervolume (K labels x regret, {int(lo)}..{ctx.budget} labels)",
+                "functions",
+                f"mean over {', '.join(common) or '(no common function)'}",
             ],
             table,
         )
     )
-    hvm = {m: v for m, _, v in table}
+    hvm = {m: c for m, _, _, _, c in table if c is not None}
     llome = [m for m in hvm if m in ("LLOME-SFT", "LLOME-MargE", "LLOME-DPO")]
     if len(llome) < 3 or "GA" not in hvm or "LaMBO-2" not in hvm:
         verdicts.append(
             (
                 "inconclusive at this scale",
-                "needs all three LLOME variants, the GA and LaMBO-2",
+                "needs all three LLOME variants, the GA and LaMBO-2 on a common function",
             )
         )
     else:
         ok = max(hvm[m] for m in llome) < min(hvm["GA"], hvm["LaMBO-2"])
+        on = ", ".join(common)
         verdicts.append(
             (
                 "agree" if ok else "disagree",
-                "LLOME variants' mean hypervolume below GA's and LaMBO-2's"
+                f"LLOME variants' mean hypervolume below GA's and LaMBO-2's on {on}"
                 if ok
-                else "some LLOME variant's hypervolume is not below GA's and LaMBO-2's",
+                else f"some LLOME variant's hypervolume is not below GA's and LaMBO-2's on {on}",
             )
         )
     parts.append("Verdicts: " + "; ".join(f"{v} ({w})" for v, w in verdicts))

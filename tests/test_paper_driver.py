@@ -275,3 +275,29 @@ def test_early_stops_name_the_runs_short_of_the_budget(paper, tmp_path: pathlib.
         "LLOME-SFT: 2 runs after round 0 (no training pairs)"
     )
     assert paper._early_stops(ctx, {full: selected[full]}) == ""
+
+
+def test_hypervolumes_are_compared_on_the_functions_every_method_has(
+    paper, tmp_path: pathlib.Path
+) -> None:
+    """The GA ran on f1 too, the others on f2 only: the verdict must compare f2 with f2. Regret
+    curves are flat from 10K labels, so each hypervolume is regret x 20 (K labels) by hand."""
+    scale = paper.SCALES["cpu"]
+    ctx = paper.Context(tmp_path, scale, "cpu", [], {})
+    budget = ctx.budget
+    assert budget == 30_000
+
+    def run(method: str, function: str, regret: float):
+        spec = paper.RunSpec(method, "x", function, 0, None, ("difficulty_pareto",))
+        return spec, [
+            {"num_evaluations": 10_000, "min_regret": regret},
+            {"num_evaluations": budget, "min_regret": regret},
+        ]
+
+    regrets = {"GA": 0.9, "LaMBO-2": 0.6, "LLOME-SFT": 0.5, "LLOME-MargE": 0.4, "LLOME-DPO": 0.5}
+    ctx.runs.update(run(m, "f2", r) for m, r in regrets.items())
+    ctx.runs.update([run("GA", "f1", 0.0)])  # pooled, the GA's mean would be 9, below LaMBO-2
+    text, _ = paper.figure_difficulty_pareto(ctx)
+    assert "| GA | 2 | 9.000 | f1, f2 | 18.000 |" in text
+    assert "| LaMBO-2 | 1 | 12.000 | f2 | 12.000 |" in text
+    assert "below GA's and LaMBO-2's on f2" in text and "agree (LLOME" in text
