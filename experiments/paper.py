@@ -578,6 +578,11 @@ def _verdict_best(summary: dict[str, dict], method: str, min_seeds: int = 3) -> 
         return "inconclusive at this scale", f"fewer than {min_seeds} seeds per method"
     best = min(s["median"] for s in summary.values())
     if summary[method]["median"] <= best:
+        tied = sorted(m for m, s in summary.items() if m != method and s["median"] <= best)
+        if tied:  # a shared lowest median does not show that ``method`` is the best
+            return "inconclusive at this scale", (
+                f"{method} shares the lowest median {best:.3f} with {', '.join(tied)}"
+            )
         return "agree", f"{method} has the lowest median"
     return "disagree", f"{method}'s median {summary[method]['median']:.3f} > best {best:.3f}"
 

@@ -301,3 +301,16 @@ def test_hypervolumes_are_compared_on_the_functions_every_method_has(
     assert "| GA | 2 | 9.000 | f1, f2 | 18.000 |" in text
     assert "| LaMBO-2 | 1 | 12.000 | f2 | 12.000 |" in text
     assert "below GA's and LaMBO-2's on f2" in text and "agree (LLOME" in text
+
+
+def test_a_shared_lowest_median_is_not_agreement(paper) -> None:
+    """The paper says SFT_1-MargE_9 is the best pipeline; five pipelines tied at 0.789 do not show
+    it (the cpu report's figure 4 first called that "agree")."""
+
+    def summary(**medians: float) -> dict:
+        return {m: {"seeds": 3, "median": v} for m, v in medians.items()}
+
+    assert paper._verdict_best(summary(A=0.5, B=0.7), "A") == ("agree", "A has the lowest median")
+    verdict, why = paper._verdict_best(summary(A=0.789, B=0.789, C=0.9), "A")
+    assert verdict == "inconclusive at this scale" and why.endswith("0.789 with B")
+    assert paper._verdict_best(summary(A=0.8, B=0.7), "A")[0] == "disagree"
