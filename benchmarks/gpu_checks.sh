@@ -9,7 +9,8 @@
 #   3. the `paper` preset's Pythia-2.8B MargE train step and one refinement chunk (random weights);
 #   4. `lambo2run`: a whole LaMBO-2 run of the `paper` preset on a training instance of the f2
 #      configuration (Ehr(32,32)-4-4-4, instance seed $INSTANCE, default 102) for at most
-#      $RUN_SECONDS (default 300) seconds; its rounds.jsonl and evaluated.csv are copied to $OUT.
+#      $RUN_SECONDS (default 300) seconds; its rounds.jsonl and evaluated.csv are copied to $OUT,
+#      with the log (compilations named).
 #
 # Usage: bash benchmarks/gpu_checks.sh [STEP...]   (steps: pythia ehrlich lambo2 lambo2run;
 # default: the first three)
@@ -38,9 +39,11 @@ for step in $steps; do
         --out "$OUT/paper_scale_gpu.json" 2>&1 | tail -n 5 | cut -c1-1500 ;;
     lambo2run)
       run=/tmp/lambo2_paper_run
-      timeout "${RUN_SECONDS:-300}" python3 -m llome_jax.cli lambo2 --preset paper \
-        --function "Ehr(32,32)-4-4-4" --instance-seed "${INSTANCE:-102}" --seed 0 \
-        --out "$run" --no-progress 2>&1 | tail -n 30
+      # JAX_LOG_COMPILES names each compiled function in the log, so a memory warning from XLA
+      # (the paper preset asked for ~65 GiB in rounds 0-1 on an H100) can be traced to its program
+      JAX_LOG_COMPILES=1 timeout "${RUN_SECONDS:-300}" python3 -m llome_jax.cli lambo2 \
+        --preset paper --function "Ehr(32,32)-4-4-4" --instance-seed "${INSTANCE:-102}" \
+        --seed 0 --out "$run" --no-progress 2>&1 | tee "$OUT/lambo2run.log" | tail -n 30
       cp "$run"/rounds.jsonl "$run"/config.json "$run"/evaluated.csv "$OUT"/ 2>/dev/null ;;
     *) echo "unknown step $step" ;;
   esac
