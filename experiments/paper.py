@@ -589,10 +589,13 @@ def _verdict_best(summary: dict[str, dict], method: str, min_seeds: int = 3) -> 
 
 def figure_solver(ctx: Context) -> tuple[str, str]:
     rows, panels, text = [], {}, []
-    verdicts = []
+    verdicts, stops = [], []
     for function in ctx.scale.functions:
-        curves = _curves(ctx.select("solver", function))
+        selected = ctx.select("solver", function)
+        curves = _curves(selected)
         panels[function] = curves
+        if early := _early_stops(ctx, selected):
+            stops.append(f"{function}: {early}")
         summary = _summary(curves, ctx.budget)
         for method, s in summary.items():
             rows.append([function, method, s["seeds"], ctx.budget, s["median"], s["min"], s["max"]])
@@ -615,6 +618,8 @@ def figure_solver(ctx: Context) -> tuple[str, str]:
     header = ["function", "method", "seeds", "budget", "median_min_regret", "min", "max"]
     _write_csv(ctx.out / "solver.csv", header, rows)
     text.append(_table(header, rows))
+    if stops:  # their last min regret counts at the budget
+        text.append("Runs that stopped before their budget: " + "; ".join(stops) + ".")
     text.append("Verdicts: " + "; ".join(f"{v} ({why})" for v, why in verdicts))
     overall = _combine([v for v, _ in verdicts])
     return "\n\n".join(text), overall
@@ -982,11 +987,13 @@ def figure_half_quant(ctx: Context) -> tuple[str, str]:
 
 
 def _early_stops(ctx: Context, selected: dict[RunSpec, list[dict]]) -> str:
-    """``"method: N runs after round r (reason)"`` for finished runs with fewer labels than the
-    budget, e.g. LLOME with no training pairs in the GA data."""
+    """``"method: N runs after round r (reason)"`` for finished runs that stopped before their
+    last planned round, e.g. LLOME with no training pairs in the GA data or a collapsed DPO. (A
+    LLOME round may label fewer than ``j`` sequences, so a run can end below the budget
+    without stopping early.)"""
     stops: dict[tuple[str, int, str], int] = {}
     for spec, records in selected.items():
-        if records[-1]["num_evaluations"] >= ctx.budget:
+        if int(records[-1]["round"]) >= ctx.scale.rounds:
             continue
         done = ctx.out / "runs" / spec.name / "done.json"
         reason = json.loads(done.read_text()).get("stop_reason", "") if done.exists() else ""

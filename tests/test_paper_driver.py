@@ -269,8 +269,9 @@ def test_early_stops_name_the_runs_short_of_the_budget(paper, tmp_path: pathlib.
             json.dumps({"last_round": 0, "stop_reason": "no training pairs"})
         )
         selected[s] = [{"round": 0, "num_evaluations": 10_000}]
-    full = spec("LLOME-MargE", 0)  # a run that used its budget is not listed
-    selected[full] = [{"round": 10, "num_evaluations": budget}]
+    # a run of all 10 rounds is not listed, even when its rounds labelled fewer than j each
+    full = spec("LLOME-MargE", 0)
+    selected[full] = [{"round": 10, "num_evaluations": budget - 1_500}]
     assert paper._early_stops(ctx, selected) == (
         "LLOME-SFT: 2 runs after round 0 (no training pairs)"
     )
