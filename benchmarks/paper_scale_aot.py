@@ -46,7 +46,7 @@ from typing import Any  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-from _report import write_json  # noqa: E402  (benchmarks/_report.py)
+from _report import compiled_memory_gib, write_json  # noqa: E402  (benchmarks/_report.py)
 
 from llome_jax import parallel  # noqa: E402
 from llome_jax.llome.finetune import microbatches  # noqa: E402
@@ -62,8 +62,6 @@ from llome_jax.train import (  # noqa: E402
     split_params,
 )
 from llome_jax.types import SeqLogProbs  # noqa: E402
-
-GIB = 2**30
 
 
 def _sds(shape, dtype, mesh, spec):
@@ -84,9 +82,7 @@ def main() -> None:
         dtype = paper.finetune.dpo_compute_dtype if triples else "float32"
         config = PythiaConfig.preset(args.model, compute_dtype=dtype)
         model = abstract_model(config)
-        units = paper.finetune.batch_size
-        if loss == "sft" and paper.finetune.sft_batch_size is not None:
-            units = paper.finetune.sft_batch_size
+        units = paper.finetune.batch_size_for(loss)
         m = microbatches(paper, mesh, units)
         opt = make_optimizer(paper_optimizer(loss, 1000))
         step = make_train_step(get_loss(loss), model, opt, num_microbatches=m, mesh=mesh)
@@ -118,25 +114,16 @@ def main() -> None:
         t0 = time.perf_counter()
         compiled = step.jitted.lower(state, batch, hparams, step.rest).compile()
         seconds = time.perf_counter() - t0
-        mem = compiled.memory_analysis()
-        row = {
-            "loss": loss,
-            "model": args.model,
-            "compute_dtype": dtype,
-            "units_per_step": units,
-            "sequences_per_step": rows_b,
-            "tokens": args.tokens,
-            "devices": args.devices,
-            "num_microbatches": m,
-            "compile_seconds": seconds,
-            "argument_gib": mem.argument_size_in_bytes / GIB,
-            "output_gib": mem.output_size_in_bytes / GIB,
-            "alias_gib": mem.alias_size_in_bytes / GIB,
-            "temp_gib": mem.temp_size_in_bytes / GIB,
-            "code_gib": mem.generated_code_size_in_bytes / GIB,
-        }
-        row["peak_estimate_gib"] = (
-            row["argument_gib"] + row["output_gib"] - row["alias_gib"] + row["temp_gib"]
+        row = _memory_row(
+            compiled,
+            seconds,
+            loss=loss,
+            model=args.model,
+            compute_dtype=dtype,
+            units_per_step=units,
+            sequences_per_step=rows_b,
+            tokens=args.tokens,
+            num_microbatches=m,
         )
         rows.append(row)
         print(
@@ -154,21 +141,12 @@ def main() -> None:
 
 
 def _memory_row(compiled: Any, seconds: float, **fields: Any) -> dict[str, Any]:
-    mem = compiled.memory_analysis()
-    row = {
+    return {
         **fields,
         "devices": args.devices,
         "compile_seconds": seconds,
-        "argument_gib": mem.argument_size_in_bytes / GIB,
-        "output_gib": mem.output_size_in_bytes / GIB,
-        "alias_gib": mem.alias_size_in_bytes / GIB,
-        "temp_gib": mem.temp_size_in_bytes / GIB,
-        "code_gib": mem.generated_code_size_in_bytes / GIB,
+        **compiled_memory_gib(compiled),
     }
-    row["peak_estimate_gib"] = (
-        row["argument_gib"] + row["output_gib"] - row["alias_gib"] + row["temp_gib"]
-    )
-    return row
 
 
 def _generate_row(paper: Any, mesh: Any) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _report import compiled_memory_gib  # benchmarks/_report.py
 
 GIB = 2**30
 
@@ -41,18 +42,6 @@ def _device_memory() -> dict[str, float]:
         "peak_gib": stats.get("peak_bytes_in_use", float("nan")) / GIB,
         "in_use_gib": stats.get("bytes_in_use", float("nan")) / GIB,
         "limit_gib": stats.get("bytes_limit", float("nan")) / GIB,
-    }
-
-
-def _compiled_memory(compiled: Any) -> dict[str, float]:
-    mem = compiled.memory_analysis()
-    if mem is None:
-        return {}
-    return {
-        "argument_gib": mem.argument_size_in_bytes / GIB,
-        "output_gib": mem.output_size_in_bytes / GIB,
-        "alias_gib": mem.alias_size_in_bytes / GIB,
-        "temp_gib": mem.temp_size_in_bytes / GIB,
     }
 
 
@@ -88,9 +77,7 @@ def _train_row(args: argparse.Namespace, paper: Any, loss: str) -> dict[str, Any
     triples = loss_spec(loss).data == "triples"
     dtype = paper.finetune.dpo_compute_dtype if triples else "float32"
     config = PythiaConfig.preset(args.model, compute_dtype=dtype)
-    units = paper.finetune.batch_size
-    if loss == "sft" and paper.finetune.sft_batch_size is not None:
-        units = paper.finetune.sft_batch_size
+    units = paper.finetune.batch_size_for(loss)
     m = args.microbatches or microbatches(paper, None, units)
     opt = make_optimizer(paper_optimizer(loss, 1000))
     t0 = time.perf_counter()
@@ -144,7 +131,7 @@ def _train_row(args: argparse.Namespace, paper: Any, loss: str) -> dict[str, Any
         **timing,
         "tokens_per_second": rows_b * args.tokens / timing["step_seconds"],
         "loss": float(metrics["loss"]),
-        **_compiled_memory(compiled),
+        **compiled_memory_gib(compiled),
         **_device_memory(),
     }
 
@@ -189,7 +176,7 @@ def _generate_row(args: argparse.Namespace, paper: Any) -> dict[str, Any]:
         "compile_seconds": t_compile,
         **timing,
         "new_tokens_per_second": rows_b * args.new_tokens / timing["call_seconds"],
-        **_compiled_memory(compiled),
+        **compiled_memory_gib(compiled),
         **_device_memory(),
     }
 

@@ -539,6 +539,8 @@ class Context:
     scale_name: str
     plan: list[RunSpec]
     runs: dict[RunSpec, list[dict]]
+    #: a finished run's ``done.json`` stop reason ("" when none was recorded)
+    stop_reasons: dict[RunSpec, str] = dataclasses.field(default_factory=dict)
 
     def select(
         self,
@@ -995,9 +997,8 @@ def _early_stops(ctx: Context, selected: dict[RunSpec, list[dict]]) -> str:
     for spec, records in selected.items():
         if int(records[-1]["round"]) >= ctx.scale.rounds:
             continue
-        done = ctx.out / "runs" / spec.name / "done.json"
-        reason = json.loads(done.read_text()).get("stop_reason", "") if done.exists() else ""
-        key = (spec.method, int(records[-1]["round"]), reason or "no reason recorded")
+        reason = ctx.stop_reasons.get(spec) or "no reason recorded"
+        key = (spec.method, int(records[-1]["round"]), reason)
         stops[key] = stops.get(key, 0) + 1
     return "; ".join(
         f"{method}: {n} run{'s' if n > 1 else ''} after round {last} ({reason})"
@@ -1085,7 +1086,6 @@ def figure_difficulty_pareto(ctx: Context) -> tuple[str, str]:
     # common to every method) to the planned budget
     starts = [r[0]["num_evaluations"] for r in ctx.runs.values() if r]
     lo = float(min(starts)) if starts else 0.0
-    hv: dict[str, list[float]] = {}
     hv_by_function: dict[str, dict[str, list[float]]] = {}
     frontier_rows = []
     points: dict[str, list[tuple[int, float]]] = {}
@@ -1103,7 +1103,6 @@ def figure_difficulty_pareto(ctx: Context) -> tuple[str, str]:
             else "LLOME-SFT/MargE pipelines"
         )
         area = _hypervolume([p[0] for p in pts], [p[1] for p in pts], lo, ctx.budget)
-        hv.setdefault(family, []).append(area)
         hv_by_function.setdefault(family, {}).setdefault(spec.function, []).append(area)
         points.setdefault(family, []).extend(pts)
     for family, pts in sorted(points.items()):
@@ -1124,10 +1123,10 @@ def figure_difficulty_pareto(ctx: Context) -> tuple[str, str]:
             return None
         return float(np.mean([np.mean(per[f]) for f in common]))
 
-    table = [
-        [m, len(v), float(np.mean(v)), ", ".join(sorted(hv_by_function[m])), common_mean(m)]
-        for m, v in sorted(hv.items())
-    ]
+    table = []
+    for m, per in sorted(hv_by_function.items()):
+        areas = [a for runs in per.values() for a in runs]
+        table.append([m, len(areas), float(np.mean(areas)), ", ".join(sorted(per)), common_mean(m)])
     _write_csv(
         ctx.out / "difficulty_pareto.csv",
         ["kind", "a", "b", "c", "d"],
@@ -1267,7 +1266,7 @@ def write_report(
     figures: Sequence[str],
     plan_seconds: float,
 ) -> None:
-    runs = {}
+    runs, stop_reasons = {}, {}
     status = []
     for spec in plan:
         path = out / "runs" / spec.name
@@ -1275,14 +1274,15 @@ def write_report(
         done = (
             json.loads((path / "done.json").read_text()) if (path / "done.json").exists() else None
         )
+        why = done.get("stop_reason") if done else ""
         if records and done:  # a partial run is listed below, never counted in a figure
             runs[spec] = records
+            stop_reasons[spec] = why or ""
         state = "finished" if done else ("partial" if records else "not run")
-        why = done.get("stop_reason") if done else ""
         status.append(
             [spec.name, spec.method, len(records) - 1 if records else 0, state, why or ""]
         )
-    ctx = Context(out, scale, scale_name, plan, runs)
+    ctx = Context(out, scale, scale_name, plan, runs, stop_reasons)
     seeds = ", ".join(f"{f}: {len(s)}" for f, s in scale.seeds)
     lines = [
         f"# The paper's figures at `{scale_name}` scale",

@@ -559,7 +559,8 @@ class LossSpec:
       linear_in_policy: the loss is linear in ``policy.sum_logp`` with policy-independent
         coefficients, so gradient accumulation needs one pass (``train.make_train_step``).
       uses_reference: it reads the reference log-probs (else a round skips computing them).
-      kl_weighted: ``LoopConfig.kl_weight`` overrides its ``kl_weight``.
+      kl_weighted: ``LoopConfig.kl_weight`` overrides its ``kl_weight`` and ``reward_beta`` its
+        ``beta`` (the KL-regularised reward losses, MargE and REINFORCE).
       weight_norm: ``LoopConfig.marge_weight_norm`` sets its ``weights_sum_to_one``.
     """
 

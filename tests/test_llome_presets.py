@@ -173,7 +173,6 @@ def test_reward_beta_override_reaches_marge_and_reinforce_only() -> None:
     """``finetune.reward_beta`` sets the reward's factor ``beta`` of MargE and REINFORCE (default:
     the losses' own 1.0, the authors' value); DPO's ``beta`` is another quantity and stays."""
     base = preset("smoke")
-    assert base.finetune.reward_beta is None
     assert float(finetune.loss_params(base, "marge").beta) == 1.0
     cfg = base.replace(**{"finetune.reward_beta": 3.0})
     assert float(finetune.loss_params(cfg, "marge").beta) == 3.0

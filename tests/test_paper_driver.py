@@ -264,10 +264,7 @@ def test_early_stops_name_the_runs_short_of_the_budget(paper, tmp_path: pathlib.
     selected = {}
     for seed in (0, 1):  # two LLOME-SFT runs that stopped after round 0 with the same reason
         s = spec("LLOME-SFT", seed)
-        (tmp_path / "runs" / s.name).mkdir(parents=True)
-        (tmp_path / "runs" / s.name / "done.json").write_text(
-            json.dumps({"last_round": 0, "stop_reason": "no training pairs"})
-        )
+        ctx.stop_reasons[s] = "no training pairs"
         selected[s] = [{"round": 0, "num_evaluations": 10_000}]
     # a run of all 10 rounds is not listed, even when its rounds labelled fewer than j each
     full = spec("LLOME-MargE", 0)
