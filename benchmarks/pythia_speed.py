@@ -9,7 +9,9 @@ Three measurements on the *same* random weights (ours are exported to torch with
    cross-entropy, backward, ``clip_grad_norm_``, ``AdamW.step``);
 3. decoding: 8 left-padded prompts x 64 new tokens, greedy (ours: ``sample.generate``, one
    jitted while-loop with a KV cache; torch: ``GPTNeoXForCausalLM.generate``), new tokens/s.
-   Ours is also timed for temperature/top-k sampling.
+   Ours is also timed for temperature/top-k sampling. ``--previous-sample REV`` also times the
+   decoder of ``llome_jax/lm/sample.py`` at git revision ``REV`` on the same model, interleaved
+   with the current one, and checks that both return identical tokens and log-probs.
 
 The CPU is shared, so the two implementations are measured *interleaved* (ours, torch, ours,
 ...) and medians are reported; compilation is excluded (one warm-up call each) and reported
@@ -17,7 +19,7 @@ separately. Writes ``benchmarks/results/pythia_speed.json``.
 
 Usage::
 
-    python benchmarks/pythia_speed.py [--reps 5] [--train-reps 3] [--preset 70m]
+    python benchmarks/pythia_speed.py [--reps 5] [--train-reps 3] [--preset 70m] [--previous-sample REV]
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ import os
 import pathlib
 import platform
 import statistics
+import subprocess
 import time
+import types
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -43,6 +47,21 @@ def _median_interleaved(fns: dict, reps: int) -> dict[str, list[float]]:
     return times
 
 
+def _sample_module_at(rev: str) -> types.ModuleType:
+    """``llome_jax/lm/sample.py`` as it was at git revision ``rev``, imported as a module."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    source = subprocess.run(
+        ["git", "show", f"{rev}:llome_jax/lm/sample.py"],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    module = types.ModuleType(f"sample_at_{rev}")
+    exec(compile(source, f"{rev}:llome_jax/lm/sample.py", "exec"), module.__dict__)
+    return module
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="70m")
@@ -53,6 +72,11 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--train-reps", type=int, default=3)
     parser.add_argument("--skip-train", action="store_true")
+    parser.add_argument(
+        "--previous-sample",
+        metavar="REV",
+        help="also time llome_jax/lm/sample.py at this git revision (interleaved, same model)",
+    )
     parser.add_argument(
         "--out", default=str(pathlib.Path(__file__).parent / "results" / "pythia_speed.json")
     )
@@ -223,9 +247,33 @@ def main() -> None:
     def ours_sample():
         generate(key, model, prompts, pmask, greedy_cfg, temperature=1.0).tokens.block_until_ready()
 
-    times = _median_interleaved(
-        {"ours": ours_greedy, "torch": hf_generate, "ours_sample": ours_sample}, args.reps
-    )
+    decoders = {"ours": ours_greedy, "torch": hf_generate, "ours_sample": ours_sample}
+    if args.previous_sample:
+        previous = _sample_module_at(args.previous_sample)
+        previous_cfg = previous.SampleConfig(max_new_tokens=n, top_k=50)
+        fields = ("tokens", "logprobs", "logprobs_raw", "lengths", "stopped")
+        for temperature in (0.0, 1.0):
+            now = generate(key, model, prompts, pmask, greedy_cfg, temperature=temperature)
+            then = previous.generate(key, model, prompts, pmask, previous_cfg, temperature)
+            same_bits = all(
+                np.array_equal(np.asarray(getattr(now, f)), np.asarray(getattr(then, f)))
+                for f in fields
+            )
+            print(f"T = {temperature}: identical to {args.previous_sample}: {same_bits}")
+            results.setdefault("previous_identical", {})[str(temperature)] = same_bits
+
+        def previous_greedy():
+            previous.generate(
+                key, model, prompts, pmask, previous_cfg, 0.0
+            ).tokens.block_until_ready()
+
+        def previous_sample():
+            previous.generate(
+                key, model, prompts, pmask, previous_cfg, 1.0
+            ).tokens.block_until_ready()
+
+        decoders.update(previous=previous_greedy, previous_sample=previous_sample)
+    times = _median_interleaved(decoders, args.reps)
     results["decode"] = {
         "batch": b,
         "prompt": p,
@@ -237,6 +285,10 @@ def main() -> None:
         "greedy_token_agreement": same,
         "all_s": times,
     }
+    if args.previous_sample:
+        results["decode"]["previous_rev"] = args.previous_sample
+        results["decode"]["previous_s"] = statistics.median(times["previous"])
+        results["decode"]["previous_sample_s"] = statistics.median(times["previous_sample"])
 
     # ---------------------------------------------------------------- report
     rows = []
@@ -284,6 +336,15 @@ def main() -> None:
             None,
         )
     )
+    if args.previous_sample:
+        for label, key_now, key_then in (
+            ("greedy", "ours_s", "previous_s"),
+            ("sampled", "ours_sample_s", "previous_sample_s"),
+        ):
+            print(
+                f"{label} decode at {args.previous_sample}: {b * n / de[key_then]:.1f} new tokens/s,"
+                f" now {b * n / de[key_now]:.1f} ({de[key_then] / de[key_now]:.2f}x)"
+            )
     print(f"\n{'measurement':38s} {'ours':>12s} {'torch':>12s} {'speed-up':>9s}  unit (target)")
     for name, ours, theirs, ratio, unit, target in rows:
         goal = f">= {target}x" if target else ""

@@ -598,3 +598,39 @@ def test_topk_candidate_sampling_handles_ties_exactly():
     p = np.exp([0.0, 1.0, 2.0]) / np.exp([0.0, 1.0, 2.0]).sum()
     freq = np.bincount(draws, minlength=v)[[3, 9, 77]] / 3000
     assert np.bincount(draws, minlength=v).sum() == 3000 and np.abs(freq - p).max() < 0.03
+
+
+@pytest.mark.parametrize("top_k", [None, 5, 280, 300])
+@pytest.mark.parametrize("greedy_only", [False, True])
+def test_decoding_step_equals_the_reference_formula(top_k, greedy_only):
+    """``_choose`` (one top-k, a greedy-only branch, log-softmax picked without the [B, V]
+    array) against the plain formula: ``process_logits``, ``_sample``, ``log_softmax``. Logits
+    are rounded to quarters so that ties at the k-th value occur; row 0 has 40 tied maxima (more
+    than ``top_k + 16`` for k = 5: the full-vocabulary draw)."""
+    from llome_jax.lm.sample import _choose, _sample
+
+    v, b, limit = 300, 64, 290
+    rng = np.random.default_rng(0)
+    logits = np.round(rng.normal(size=(b, v)) * 4) / 4
+    logits[0, 100:140] = 20.0
+    logits = jnp.asarray(logits, jnp.float32)
+    temperature = np.where(np.arange(b) % 3 == 0, 0.0, 0.5 + np.arange(b) / b).astype(np.float32)
+    if greedy_only:
+        temperature[:] = 0.0
+    temperature = jnp.asarray(temperature)
+    cfg = SampleConfig(max_new_tokens=1, top_k=top_k, vocab_limit=limit)
+    for step in range(4):
+        key = jax.random.fold_in(jax.random.key(7), step)
+        token, logp, logp_raw = jax.jit(_choose, static_argnums=3)(key, logits, temperature, cfg)
+        raw, processed = process_logits(logits, temperature, top_k, limit)
+        sampled = _sample(key, processed, top_k)
+        greedy = temperature <= 0
+        expected = np.asarray(jnp.where(greedy, jnp.argmax(raw, axis=-1), sampled))
+        rows = np.arange(b)
+        expected_raw = np.asarray(jax.nn.log_softmax(raw, axis=-1))[rows, expected]
+        expected_processed = np.asarray(jax.nn.log_softmax(processed, axis=-1))[rows, expected]
+        expected_logp = np.where(np.asarray(greedy), expected_raw, expected_processed)
+        np.testing.assert_array_equal(np.asarray(token), expected)
+        assert (expected < limit).all() and len(set(expected[1:].tolist())) > 1
+        np.testing.assert_allclose(np.asarray(logp_raw), expected_raw, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(logp), expected_logp, rtol=1e-6, atol=1e-6)

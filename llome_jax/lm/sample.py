@@ -101,6 +101,26 @@ class Generation:
     stopped: jax.Array
 
 
+def _raw_logits(logits: jax.Array, vocab_limit: int | None) -> jax.Array:
+    """float32 ``[B, V]`` logits with ids ``>= vocab_limit`` at ``-inf``."""
+    raw = logits.astype(jnp.float32)
+    v = raw.shape[-1]
+    if vocab_limit is not None and vocab_limit < v:
+        raw = jnp.where(jnp.arange(v) < vocab_limit, raw, -jnp.inf)
+    return raw
+
+
+def _scaled_logits(raw: jax.Array, temperature: jax.Array) -> jax.Array:
+    t = jnp.where(temperature > 0, temperature, 1.0).astype(jnp.float32)
+    return raw / t[:, None]
+
+
+def _top_k(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+    # The barrier keeps XLA:CPU's fast TopK kernel: when only the k-th column is used, XLA
+    # rewrites top_k into a full sort of the vocabulary (~100x slower at V = 50304).
+    return jax.lax.optimization_barrier(jax.lax.top_k(x, k))
+
+
 def process_logits(
     logits: jax.Array, temperature: jax.Array, top_k: int | None, vocab_limit: int | None = None
 ) -> tuple[jax.Array, jax.Array]:
@@ -109,16 +129,10 @@ def process_logits(
     ``raw`` has ids ``>= vocab_limit`` at ``-inf``; ``processed = raw / T`` with everything
     below the ``top_k``-th largest value at ``-inf`` (greedy rows, ``T <= 0``, use ``T = 1``).
     """
-    raw = logits.astype(jnp.float32)
-    v = raw.shape[-1]
-    if vocab_limit is not None and vocab_limit < v:
-        raw = jnp.where(jnp.arange(v) < vocab_limit, raw, -jnp.inf)
-    t = jnp.where(temperature > 0, temperature, 1.0).astype(jnp.float32)
-    scaled = raw / t[:, None]
-    if top_k is not None and top_k < v:
-        # The barrier keeps XLA:CPU's fast TopK kernel: when only the k-th column is used, XLA
-        # rewrites top_k into a full sort of the vocabulary (~100x slower at V = 50304).
-        kth = jax.lax.optimization_barrier(jax.lax.top_k(scaled, top_k)[0])[:, -1:]
+    raw = _raw_logits(logits, vocab_limit)
+    scaled = _scaled_logits(raw, temperature)
+    if top_k is not None and top_k < scaled.shape[-1]:
+        kth = _top_k(scaled, top_k)[0][:, -1:]
         scaled = jnp.where(scaled < kth, -jnp.inf, scaled)
     return raw, scaled
 
@@ -139,21 +153,82 @@ def _sample(key: jax.Array, processed: jax.Array, top_k: int | None) -> jax.Arra
     v = processed.shape[-1]
     if top_k is None or top_k + _TIE_SLACK >= v:
         return jax.random.categorical(key, processed, axis=-1)
-    values, index = jax.lax.optimization_barrier(jax.lax.top_k(processed, top_k + _TIE_SLACK))
+    return _sample_from_candidates(key, processed, _top_k(processed, top_k + _TIE_SLACK), top_k)
+
+
+def _sample_from_candidates(
+    key: jax.Array, processed: jax.Array, candidates: tuple[jax.Array, jax.Array], top_k: int
+) -> jax.Array:
+    """:func:`_sample` given ``candidates = (values, index)``, the ``top_k + 16`` largest entries
+    of ``processed`` (or any list that holds its finite entries first, in ``lax.top_k`` order,
+    then ``-inf`` values: the Gumbel-max choice is the same)."""
+    values, index = candidates
     finite = jnp.sum(jnp.isfinite(processed), axis=-1)
 
-    def candidates() -> jax.Array:
+    def from_candidates() -> jax.Array:
         choice = jax.random.categorical(key, values, axis=-1)
         return _pick(index, choice)
 
     def full() -> jax.Array:
         return jax.random.categorical(key, processed, axis=-1)
 
-    return jax.lax.cond(jnp.any(finite > top_k + _TIE_SLACK), full, candidates)
+    return jax.lax.cond(jnp.any(finite > top_k + _TIE_SLACK), full, from_candidates)
+
+
+def _choose(
+    key: jax.Array, logits: jax.Array, temperature: jax.Array, config: SampleConfig
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One decoding step's ``(token, logprob, logprob_raw)`` per row (see the module docstring).
+
+    Equal to :func:`process_logits` followed by :func:`_sample`, with two shortcuts that change
+    no result: a batch of greedy rows only skips the sampling branch, and the top-k threshold and
+    the sampling candidates come from one ``lax.top_k(z / T, top_k + 16)`` (its first ``top_k``
+    values are ``lax.top_k(z / T, top_k)``'s; after thresholding, its finite entries are exactly
+    the processed logits' finite entries in the same order, and the rest are ``-inf``).
+    """
+    raw = _raw_logits(logits, config.vocab_limit)
+    greedy = temperature <= 0
+
+    def all_greedy() -> tuple[jax.Array, jax.Array, jax.Array]:
+        token = jnp.argmax(raw, axis=-1).astype(jnp.int32)
+        logp_raw = _log_softmax_at(raw, token, x_max=_pick(raw, token))
+        return token, logp_raw, logp_raw
+
+    def mixed() -> tuple[jax.Array, jax.Array, jax.Array]:
+        scaled = _scaled_logits(raw, temperature)
+        top_k, v = config.top_k, scaled.shape[-1]
+        if top_k is None or top_k >= v:
+            processed, sampled = scaled, _sample(key, scaled, top_k)
+        elif top_k + _TIE_SLACK >= v:
+            kth = _top_k(scaled, top_k)[0][:, -1:]
+            processed = jnp.where(scaled < kth, -jnp.inf, scaled)
+            sampled = _sample(key, processed, top_k)
+        else:
+            values, index = _top_k(scaled, top_k + _TIE_SLACK)
+            kth = values[:, top_k - 1 : top_k]
+            processed = jnp.where(scaled < kth, -jnp.inf, scaled)
+            values = jnp.where(values < kth, -jnp.inf, values)
+            sampled = _sample_from_candidates(key, processed, (values, index), top_k)
+        token = jnp.where(greedy, jnp.argmax(raw, axis=-1), sampled).astype(jnp.int32)
+        logp_raw = _log_softmax_at(raw, token)
+        logp = jnp.where(greedy, logp_raw, _log_softmax_at(processed, token))
+        return token, logp, logp_raw
+
+    return jax.lax.cond(jnp.all(greedy), all_greedy, mixed)
 
 
 def _pick(values: jax.Array, index: jax.Array) -> jax.Array:
     return jnp.take_along_axis(values, index[:, None], axis=-1)[:, 0]
+
+
+def _log_softmax_at(x: jax.Array, token: jax.Array, x_max: jax.Array | None = None) -> jax.Array:
+    """``jax.nn.log_softmax(x)[b, token[b]]`` with the same float operations, without writing
+    the ``[B, V]`` result: ``(x[token] - max x) - log(sum(exp(x - max x)))``. ``x_max [B]`` may be
+    passed when known (e.g. ``x[argmax x]``)."""
+    if x_max is None:
+        x_max = jnp.max(x, axis=-1, initial=-jnp.inf)
+    lse = jnp.log(jnp.sum(jnp.exp(x - x_max[:, None]), axis=-1))
+    return (_pick(x, token) - x_max) - lse
 
 
 def _generate_core(
@@ -183,7 +258,6 @@ def _generate_core(
             lambda a: jnp.take(a, prompt_rows, axis=0), (cache, logits, slot_valid, num_real)
         )
     b = logits.shape[0]
-    greedy = temperature <= 0
     stop_ids = jnp.asarray(config.stop_token_ids or (-1,), jnp.int32)
 
     tokens = jnp.full((b, n), config.pad_token_id, jnp.int32)
@@ -205,11 +279,7 @@ def _generate_core(
 
     def body(carry: tuple[Any, ...]) -> tuple[Any, ...]:
         i, logits, cache, tokens, lp, lp_raw, done, lengths = carry
-        raw, processed = process_logits(logits, temperature, config.top_k, config.vocab_limit)
-        sampled = _sample(jax.random.fold_in(key, i), processed, config.top_k)
-        token = jnp.where(greedy, jnp.argmax(raw, axis=-1), sampled).astype(jnp.int32)
-        logp_raw = _pick(jax.nn.log_softmax(raw, axis=-1), token)
-        logp = jnp.where(greedy, logp_raw, _pick(jax.nn.log_softmax(processed, axis=-1), token))
+        token, logp, logp_raw = _choose(jax.random.fold_in(key, i), logits, temperature, config)
         token = jnp.where(done, config.pad_token_id, token)
         tokens = tokens.at[:, i].set(token)
         lp = lp.at[:, i].set(jnp.where(done, 0.0, logp))
