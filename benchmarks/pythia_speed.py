@@ -31,6 +31,7 @@ import pathlib
 import platform
 import statistics
 import subprocess
+import sys
 import time
 import types
 
@@ -58,6 +59,7 @@ def _sample_module_at(rev: str) -> types.ModuleType:
         text=True,
     ).stdout
     module = types.ModuleType(f"sample_at_{rev}")
+    sys.modules[module.__name__] = module  # dataclasses look their module up there
     exec(compile(source, f"{rev}:llome_jax/lm/sample.py", "exec"), module.__dict__)
     return module
 
@@ -81,6 +83,7 @@ def main() -> None:
         "--out", default=str(pathlib.Path(__file__).parent / "results" / "pythia_speed.json")
     )
     args = parser.parse_args()
+    previous = _sample_module_at(args.previous_sample) if args.previous_sample else None
 
     import jax
     import jax.numpy as jnp
@@ -249,7 +252,6 @@ def main() -> None:
 
     decoders = {"ours": ours_greedy, "torch": hf_generate, "ours_sample": ours_sample}
     if args.previous_sample:
-        previous = _sample_module_at(args.previous_sample)
         previous_cfg = previous.SampleConfig(max_new_tokens=n, top_k=50)
         fields = ("tokens", "logprobs", "logprobs_raw", "lengths", "stopped")
         for temperature in (0.0, 1.0):
