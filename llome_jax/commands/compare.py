@@ -1,0 +1,100 @@
+"""``llome-jax compare``: several run directories side by side at equal label budgets."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "compare"
+HELP = (
+    "Compare run directories (GA, LLOME, LaMBO-2; one per seed) at equal label budgets: median "
+    "and range of the min regret per method, a plot, curves.csv and summary.csv."
+)
+ORDER = 60
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        metavar="[LABEL=]DIR",
+        help="run directories, or glob patterns in quotes ('runs/marge_s*'); LABEL= names the "
+        "method (default: the run's own method: GA, LaMBO-2, LLOME-MargE, ...)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=int,
+        action="append",
+        default=None,
+        help="label budget(s) for the table (repeatable; default: the largest budget every run "
+        "has reached)",
+    )
+    parser.add_argument("--out", default=None, help="write compare.png, curves.csv, summary.csv")
+    parser.add_argument("--title", default=None, help="plot title (default: the problem)")
+    parser.add_argument("--log-x", action="store_true", help="logarithmic label axis")
+    parser.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="compare runs on different functions or instances anyway",
+    )
+
+
+def _cell(value: float) -> str:
+    return "n/a" if value != value else f"{value:.4f}"
+
+
+def run(args: argparse.Namespace) -> int:
+    import csv
+    import pathlib
+
+    from llome_jax.compare import common_budget, load_runs, summarise
+
+    if args.budget is not None and min(args.budget) < 1:
+        raise ValueError(f"--budget must be >= 1, got {min(args.budget)}.")
+    runs = load_runs(args.runs, allow_mixed=args.allow_mixed)
+    budgets = args.budget or [common_budget(runs)]
+    metric = runs[0].metric
+    name = "min regret" if metric == "min_regret" else "best value"
+    rows = [row for budget in budgets for row in summarise(runs, budget)]
+    problems = sorted({run.problem for run in runs})
+    print(f"{name} on {'; '.join(problems)} ({len(runs)} runs)")
+    print(f"| method | labels | runs | median {name} | min | max |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for row in rows:
+        counted = sum(v == v for v in row.per_run)
+        print(
+            f"| {row.label} | {row.budget} | {counted} of {len(row.per_run)} | "
+            f"{_cell(row.median)} | {_cell(row.low)} | {_cell(row.high)} |"
+        )
+    if args.out is None:
+        return 0
+    from llome_jax.rundir import plot_regret_curves
+
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "curves.csv", "w", newline="") as stream:
+        writer = csv.writer(stream)
+        writer.writerow(["method", "run", "num_evaluations", metric])
+        for r in runs:
+            for x, y in zip(r.evaluations, r.values):
+                writer.writerow([r.label, str(r.path), int(x), float(y)])
+    with open(out / "summary.csv", "w", newline="") as stream:
+        writer = csv.writer(stream)
+        writer.writerow(["method", "budget", "runs", "median", "min", "max", "per_run"])
+        for row in rows:
+            per_run = " ".join(_cell(v) for v in row.per_run)
+            writer.writerow(
+                [row.label, row.budget, len(row.per_run), row.median, row.low, row.high, per_run]
+            )
+    curves: dict[str, list] = {}
+    for r in runs:
+        curves.setdefault(r.label, []).append((r.evaluations, r.values))
+    plot_regret_curves(
+        curves,
+        out / "compare.png",
+        title=args.title if args.title is not None else "; ".join(problems),
+        ylabel="min simple regret" if metric == "min_regret" else "best value so far",
+        log_x=args.log_x,
+        ylim=(-0.02, 1.02) if metric == "min_regret" else None,
+    )
+    print(f"wrote {out}/compare.png, curves.csv, summary.csv")
+    return 0

@@ -1,0 +1,198 @@
+"""Compare finished or running optimizer runs at equal label budgets.
+
+Every optimizer (GA, LLOME, LaMBO-2) writes the same run directory (:mod:`llome_jax.rundir`), so
+runs compare file for file: this module reads several of them, groups them by method (one group
+per label, one run per seed), and summarises each group by the paper's measure, the minimum simple
+regret after a number of oracle labels (paper, Section 5: "minimum regret ... as a function of the
+number of test function evaluations"), as the median and range over its runs.
+
+    runs = load_runs(["runs/marge_s0", "runs/marge_s1", "GA=runs/ga_*"])
+    rows = summarise(runs, budget=common_budget(runs))
+
+``llome-jax compare`` is the command line around it (a plot, ``curves.csv``, ``summary.csv``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import math
+import pathlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Run",
+    "SummaryRow",
+    "common_budget",
+    "load_runs",
+    "method_label",
+    "summarise",
+    "value_at",
+]
+
+_OPTIMIZER_LABELS = {"ga": "GA", "lambo2": "LaMBO-2"}
+_LOSS_LABELS = {"sft": "SFT", "marge": "MargE", "dpo": "DPO", "reinforce": "REINFORCE"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One run directory's progress curve.
+
+    Attributes:
+      label: the method's name (its group).
+      path: the run directory.
+      problem: what it optimised (function and instance seed, or the plugged-in objective).
+      evaluations: float ``[T]`` oracle labels after each round.
+      values: float ``[T]`` the metric after each round (min regret, or best value so far).
+      metric: ``"min_regret"`` (lower is better) or ``"best_value"`` (higher is better).
+    """
+
+    label: str
+    path: pathlib.Path
+    problem: str
+    evaluations: np.ndarray
+    values: np.ndarray
+    metric: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SummaryRow:
+    """One method at one budget: the metric of each run (NaN where a run has no round within the
+    budget) and their median, min and max over the runs that have one."""
+
+    label: str
+    budget: int
+    metric: str
+    per_run: tuple[float, ...]
+    median: float
+    low: float
+    high: float
+
+
+def method_label(config: dict[str, Any]) -> str:
+    """A run's method name from its ``config.json``: the ``method`` it was given, else
+    ``GA``, ``LaMBO-2`` or ``LLOME-<losses>`` from the LLOME schedule (``sft:1,marge:9`` ->
+    ``LLOME-SFT1-MargE9``; one loss after a single SFT round -> ``LLOME-MargE``)."""
+    if config.get("method"):
+        return str(config["method"])
+    optimizer = config.get("optimizer")
+    if optimizer in _OPTIMIZER_LABELS:
+        return _OPTIMIZER_LABELS[optimizer]
+    if optimizer != "llome":
+        return str(optimizer or "unknown")
+    phases = []
+    for part in str(config.get("schedule", "")).split(","):
+        name, _, count = part.strip().partition(":")
+        if name:
+            phases.append((_LOSS_LABELS.get(name, name), count))
+    if len(phases) == 2 and phases[0] == ("SFT", "1"):
+        return f"LLOME-{phases[1][0]}"  # the format-learning SFT round, then one loss
+    if len(phases) == 1:
+        return f"LLOME-{phases[0][0]}"
+    return "LLOME-" + "-".join(f"{name}{count}" for name, count in phases)
+
+
+def _problem(config: dict[str, Any]) -> str:
+    if config.get("objective"):
+        return f"objective {config['objective']}"
+    seed = config.get("instance_seed")
+    return str(config.get("function")) + ("" if seed is None else f" (instance seed {seed})")
+
+
+def _expand(arguments: Iterable[str]) -> list[tuple[str | None, pathlib.Path]]:
+    """``DIR`` or ``LABEL=DIR`` arguments, each ``DIR`` a directory or a glob pattern."""
+    out: list[tuple[str | None, pathlib.Path]] = []
+    for argument in arguments:
+        label, sep, pattern = argument.partition("=")
+        if not sep or "/" in label or not label:
+            label, pattern = None, argument
+        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not matches:
+            raise FileNotFoundError(f"no run directory matches {pattern!r}.")
+        out.extend((label, pathlib.Path(match)) for match in matches)
+    return out
+
+
+def load_runs(arguments: Sequence[str], *, allow_mixed: bool = False) -> list[Run]:
+    """Read run directories (``DIR`` or ``LABEL=DIR``; ``DIR`` may be a glob such as
+    ``runs/marge_s*``) into :class:`Run` curves.
+
+    The metric is ``min_regret`` when every run records it, else ``best_value`` (an objective
+    without a known optimum).
+
+    Raises:
+      FileNotFoundError: an argument names no run directory, or a directory has no
+        ``config.json`` or no finished round.
+      ValueError: the runs optimised different problems (unless ``allow_mixed``), or one path was
+        given twice.
+    """
+    from llome_jax.rundir import RunDirectory
+
+    entries = _expand(arguments)
+    if not entries:
+        raise ValueError("give at least one run directory.")
+    paths = [path.resolve() for _, path in entries]
+    if len(set(paths)) != len(paths):
+        raise ValueError("a run directory was given more than once.")
+    loaded = []
+    for label, path in entries:
+        config_path = path / "config.json"
+        if not config_path.is_file():
+            raise FileNotFoundError(f"{path} is not a run directory (no config.json).")
+        config = json.loads(config_path.read_text())
+        records = RunDirectory(path).rounds()
+        if not records:
+            raise FileNotFoundError(f"{path} has no finished round (rounds.jsonl is empty).")
+        loaded.append((label or method_label(config), path, _problem(config), records))
+    metric = "min_regret"
+    if not all(r.get("min_regret") is not None for *_, records in loaded for r in records):
+        metric = "best_value"
+    problems = sorted({problem for _, _, problem, _ in loaded})
+    if len(problems) > 1 and not allow_mixed:
+        raise ValueError(
+            f"the runs optimised different problems ({'; '.join(problems)}); comparing them "
+            "is only meaningful on one (allow_mixed / --allow-mixed to do it anyway)."
+        )
+    runs = []
+    for label, path, problem, records in loaded:
+        missing = [r["round"] for r in records if r.get(metric) is None]
+        if missing or any(r.get("num_evaluations") is None for r in records):
+            raise ValueError(f"{path}: rounds {missing} lack {metric!r} or num_evaluations.")
+        evaluations = np.asarray([r["num_evaluations"] for r in records], np.float64)
+        values = np.asarray([r[metric] for r in records], np.float64)
+        runs.append(Run(label, path, problem, evaluations, values, metric))
+    return runs
+
+
+def value_at(run: Run, budget: float) -> float:
+    """The run's metric after at most ``budget`` labels: its best value over the rounds that
+    ended within the budget (NaN when none did)."""
+    within = run.values[run.evaluations <= budget]
+    if within.size == 0:
+        return math.nan
+    return float(within.min() if run.metric == "min_regret" else within.max())
+
+
+def common_budget(runs: Sequence[Run]) -> int:
+    """The largest label budget every run has reached: the smallest final ``num_evaluations``."""
+    return int(min(run.evaluations[-1] for run in runs))
+
+
+def summarise(runs: Sequence[Run], budget: float) -> list[SummaryRow]:
+    """One :class:`SummaryRow` per label (in order of first appearance) at ``budget`` labels."""
+    labels = list(dict.fromkeys(run.label for run in runs))
+    rows = []
+    for label in labels:
+        values = tuple(value_at(run, budget) for run in runs if run.label == label)
+        finite = np.asarray([v for v in values if not math.isnan(v)], np.float64)
+        stats = (
+            (float(np.median(finite)), float(finite.min()), float(finite.max()))
+            if finite.size
+            else (math.nan, math.nan, math.nan)
+        )
+        rows.append(SummaryRow(label, int(budget), runs[0].metric, values, *stats))
+    return rows

@@ -1,0 +1,126 @@
+"""``llome_jax.compare`` and ``llome-jax compare`` on hand-written run directories."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import pathlib
+
+import pytest
+
+from llome_jax import compare
+from llome_jax.cli import main
+
+
+def _run_dir(root: pathlib.Path, name: str, config: dict, curve: list[tuple[int, float | None]]):
+    path = root / name
+    path.mkdir(parents=True)
+    base = {"function": "f2", "instance_seed": None}
+    (path / "config.json").write_text(json.dumps({**base, **config}))
+    lines = [
+        json.dumps({"round": i, "num_evaluations": n, "min_regret": r, "best_value": 1 - (r or 1)})
+        for i, (n, r) in enumerate(curve)
+    ]
+    (path / "rounds.jsonl").write_text("\n".join(lines) + "\n")
+    return path
+
+
+MARGE = {"optimizer": "llome", "schedule": "sft:1,marge:9"}
+
+
+@pytest.fixture
+def runs(tmp_path: pathlib.Path) -> pathlib.Path:
+    _run_dir(tmp_path, "marge_s0", MARGE, [(10000, 0.9), (12000, 0.8), (14000, 0.5)])
+    _run_dir(tmp_path, "marge_s1", MARGE, [(10000, 0.95), (12000, 0.7), (13500, 0.7)])
+    _run_dir(tmp_path, "marge_s2", MARGE, [(11000, 0.9), (13000, 0.6), (15000, 0.2)])
+    _run_dir(tmp_path, "ga_s0", {"optimizer": "ga"}, [(10000, 0.97), (16000, 0.96)])
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("config", "label"),
+    [
+        ({"optimizer": "llome", "schedule": "sft:1,marge:9", "method": "Mine"}, "Mine"),
+        ({"optimizer": "ga"}, "GA"),
+        ({"optimizer": "lambo2"}, "LaMBO-2"),
+        ({"optimizer": "llome", "schedule": "sft:1,marge:9"}, "LLOME-MargE"),
+        ({"optimizer": "llome", "schedule": "dpo:10"}, "LLOME-DPO"),
+        ({"optimizer": "llome", "schedule": "sft:3,marge:7"}, "LLOME-SFT3-MargE7"),
+        (
+            {"optimizer": "llome", "schedule": "sft:1,reinforce:4,marge:5"},
+            "LLOME-SFT1-REINFORCE4-MargE5",
+        ),
+    ],
+)
+def test_method_label(config, label):
+    assert compare.method_label(config) == label
+
+
+def test_summary_at_a_budget_is_the_median_and_range_over_seeds(runs: pathlib.Path):
+    loaded = compare.load_runs([str(runs / "marge_s*"), str(runs / "ga_s0")])
+    assert [r.label for r in loaded] == ["LLOME-MargE"] * 3 + ["GA"]
+    # The largest budget every run has reached: marge_s1 ends at 13,500 labels.
+    assert compare.common_budget(loaded) == 13500
+    marge, ga = compare.summarise(loaded, 13500)
+    # Best within 13,500 labels: s0 0.8 (its 14,000 round is beyond), s1 0.7, s2 0.6.
+    assert marge.per_run == (0.8, 0.7, 0.6)
+    assert (marge.median, marge.low, marge.high) == (0.7, 0.6, 0.8)
+    assert ga.per_run == (0.97,) and ga.median == 0.97
+    # Before its first round a run has no value; the others still summarise.
+    (early,) = [r for r in compare.summarise(loaded, 10500) if r.label == "LLOME-MargE"]
+    assert early.per_run[:2] == (0.9, 0.95) and math.isnan(early.per_run[2])
+    assert early.median == pytest.approx(0.925)
+
+
+def test_labels_from_the_command_line_and_best_value_when_no_regret(tmp_path: pathlib.Path):
+    _run_dir(tmp_path, "a", MARGE, [(100, 0.5), (200, 0.25)])
+    _run_dir(tmp_path, "b", {"optimizer": "ga"}, [(100, 0.75), (200, None)])
+    loaded = compare.load_runs([f"mine={tmp_path / 'a'}", str(tmp_path / "b")])
+    assert [r.label for r in loaded] == ["mine", "GA"]
+    # One run has no regret (no known optimum): everything is compared by best value, higher
+    # is better (best_value = 1 - regret here, 0 where regret is unknown).
+    assert [r.metric for r in loaded] == ["best_value"] * 2
+    assert [row.per_run for row in compare.summarise(loaded, 200)] == [(0.75,), (0.25,)]
+
+
+def test_bad_inputs_are_refused(runs: pathlib.Path, tmp_path: pathlib.Path):
+    with pytest.raises(FileNotFoundError, match="no run directory matches"):
+        compare.load_runs([str(tmp_path / "nothing_*")])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"no config\.json"):
+        compare.load_runs([str(tmp_path / "empty")])
+    with pytest.raises(ValueError, match="more than once"):
+        compare.load_runs([str(runs / "ga_s0"), f"GA={runs / 'ga_s0'}"])
+    _run_dir(tmp_path, "other", {"optimizer": "ga", "instance_seed": 3}, [(100, 0.5)])
+    with pytest.raises(ValueError, match="different problems"):
+        compare.load_runs([str(runs / "ga_s0"), str(tmp_path / "other")])
+    assert (
+        len(compare.load_runs([str(runs / "ga_s0"), str(tmp_path / "other")], allow_mixed=True))
+        == 2
+    )
+
+
+def test_cli_writes_the_table_plot_and_csvs(runs: pathlib.Path, capsys):
+    out = runs / "cmp"
+    code = main(
+        [
+            "compare",
+            str(runs / "marge_s*"),
+            f"GA={runs / 'ga_s0'}",
+            "--budget",
+            "15000",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "| LLOME-MargE | 15000 | 3 of 3 | 0.5000 | 0.2000 | 0.7000 |" in printed
+    with open(out / "summary.csv", newline="") as stream:
+        rows = list(csv.DictReader(stream))
+    assert [(r["method"], float(r["median"])) for r in rows] == [("LLOME-MargE", 0.5), ("GA", 0.97)]
+    with open(out / "curves.csv", newline="") as stream:
+        assert len(list(csv.DictReader(stream))) == 3 + 3 + 3 + 2
+    assert (out / "compare.png").stat().st_size > 1000
+    assert main(["compare", str(runs / "marge_s0"), "--budget", "0"]) == 2
