@@ -1,0 +1,160 @@
+"""Random local search from the same seed data: how far do unguided single mutants get?
+
+A diagnostic baseline for the LLOME and LaMBO-2 plateaus (docs/experiments.md). Round 0 is the
+GA seed data LLOME uses (``ga.run_archive`` with the LLOME run key's ``"ga"`` key: 10 generations
+of 1,000, 10,000 oracle calls). Each later round labels ``--per-round`` new sequences, each a
+uniformly random substitution (``--mutations`` positions, a different state each) of a uniformly
+chosen incumbent among the ``--incumbents`` best labelled sequences (ties at the cut broken at
+random); sequences already labelled are never proposed again. Nothing is learnt: the question is
+how often a blind edit of the incumbents improves them, at the same label budget as the
+optimizers (10 rounds of 2,000 after the seed data).
+
+Settings are fixed before looking at f2 (the defaults below), and the script runs in seconds:
+
+    python experiments/local_search.py --function "Ehr(32,32)-4-4-4" --instance-seeds 1,2,101,102,103
+    python experiments/local_search.py --function f2
+
+Writes ``OUT/<function>_r<rounds>_m<mutations>_k<incumbents>.csv`` (one row per run and
+round) and prints the min regret at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import pathlib
+
+import numpy as np
+
+
+def seed_data(function: str, instance_seed: int | None, seed: int):
+    """``(fn, sequences [n, L], values [n])``: LLOME's round 0 for run seed ``seed``."""
+    import jax
+
+    from llome_jax import ehrlich, ga
+    from llome_jax.llome.runtime import named_key
+
+    fn = ehrlich.resolve_function(function, instance_seed)
+    x0 = ehrlich.resolve_initial_solution(function, instance_seed)
+    archive = ga.run_archive(named_key(jax.random.key(seed), "ga"), fn, x0, 10, ga.GAConfig())
+    sequences, values, _ = archive.to_numpy()
+    return fn, np.asarray(sequences, np.int64), np.asarray(values, np.float64)
+
+
+def propose(
+    rng: np.random.Generator,
+    sequences: np.ndarray,
+    values: np.ndarray,
+    seen: set[bytes],
+    num: int,
+    incumbents: int,
+    mutations: int,
+    num_states: int,
+) -> np.ndarray:
+    """``num`` new distinct sequences, each ``mutations`` random substitutions of one of the
+    ``incumbents`` best labelled sequences (ties at the cut broken at random)."""
+    order = rng.permutation(len(values))
+    order = order[np.argsort(-values[order], kind="stable")][:incumbents]
+    top = sequences[order]
+    length = sequences.shape[1]
+    out: list[np.ndarray] = []
+    while len(out) < num:
+        parents = top[rng.integers(0, len(top), 4 * num)]
+        children = parents.copy()
+        rows = np.arange(len(children))
+        for _ in range(mutations):
+            position = rng.integers(0, length, len(children))
+            shift = rng.integers(1, num_states, len(children))  # a different state
+            children[rows, position] = (children[rows, position] + shift) % num_states
+        for child in children:
+            key = child.astype(np.uint8).tobytes()
+            if key not in seen:
+                seen.add(key)
+                out.append(child)
+                if len(out) == num:
+                    break
+    return np.stack(out)
+
+
+def run(function, instance_seed, seed, rounds, per_round, incumbents, mutations) -> list[list]:
+    from llome_jax import ehrlich
+
+    fn, sequences, values = seed_data(function, instance_seed, seed)
+    rng = np.random.default_rng(1_000 + seed)
+    seen = {s.astype(np.uint8).tobytes() for s in sequences}
+    optimum = float(fn.optimal_value)
+    evaluations = 10_000  # the GA's oracle calls (duplicates included), as the optimizers count
+    best = float(values.max())
+    rows = [[function, instance_seed, seed, 0, evaluations, optimum - best, 0]]
+    for index in range(1, rounds + 1):
+        batch = propose(
+            rng, sequences, values, seen, per_round, incumbents, mutations, fn.config.num_states
+        )
+        new = np.asarray(ehrlich.evaluate(fn, batch.astype(np.int32)), np.float64)
+        improving = int((new > best).sum())
+        sequences, values = np.concatenate([sequences, batch]), np.concatenate([values, new])
+        best = float(values.max())
+        evaluations += per_round
+        rows.append([function, instance_seed, seed, index, evaluations, optimum - best, improving])
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--function", default="Ehr(32,32)-4-4-4")
+    parser.add_argument(
+        "--instance-seeds", default="", help="comma-separated (none: the named function)"
+    )
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--per-round", type=int, default=2000)
+    parser.add_argument("--incumbents", type=int, default=200)
+    parser.add_argument("--mutations", type=int, default=1)
+    parser.add_argument("--out", default="results/local_search")
+    args = parser.parse_args()
+    instances = [int(s) for s in args.instance_seeds.split(",") if s] or [None]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    rows = []
+    for instance in instances:
+        finals = []
+        for seed in seeds:
+            run_rows = run(
+                args.function,
+                instance,
+                seed,
+                args.rounds,
+                args.per_round,
+                args.incumbents,
+                args.mutations,
+            )
+            rows += run_rows
+            finals.append(run_rows[-1][5])
+            curve = " / ".join(f"{r[5]:.3f}" for r in run_rows)
+            print(f"{args.function} instance {instance} seed {seed}: {curve}", flush=True)
+        print(
+            f"  median min regret at {rows[-1][4]} labels: {np.median(finals):.4f} "
+            f"(range {min(finals):.4f}-{max(finals):.4f})"
+        )
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in args.function).strip("_")
+    name = f"{slug}_r{args.rounds}_m{args.mutations}_k{args.incumbents}.csv"
+    with open(out / name, "w", newline="") as stream:
+        writer = csv.writer(stream)
+        writer.writerow(
+            [
+                "function",
+                "instance_seed",
+                "seed",
+                "round",
+                "num_evaluations",
+                "min_regret",
+                "improving_labels",
+            ]
+        )
+        writer.writerows(rows)
+    print(f"wrote {out / name}")
+
+
+if __name__ == "__main__":
+    main()
