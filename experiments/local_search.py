@@ -58,7 +58,13 @@ def propose(
     top = sequences[order]
     length = sequences.shape[1]
     out: list[np.ndarray] = []
+    stale = 0
     while len(out) < num:
+        if stale == 20:
+            raise ValueError(
+                f"only {len(out)} of {num} new sequences found around the {len(top)} incumbents."
+            )
+        found = len(out)
         parents = top[rng.integers(0, len(top), 4 * num)]
         children = parents.copy()
         rows = np.arange(len(children))
@@ -73,6 +79,7 @@ def propose(
                 out.append(child)
                 if len(out) == num:
                     break
+        stale = stale + 1 if len(out) == found else 0
     return np.stack(out)
 
 
