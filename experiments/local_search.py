@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import pathlib
 
 import numpy as np
@@ -106,6 +107,29 @@ def run(function, instance_seed, seed, rounds, per_round, incumbents, mutations)
     return rows
 
 
+def write_run_dir(root: pathlib.Path, args, instance, seed: int, rows: list[list]) -> None:
+    """A minimal run directory (the fields ``llome-jax compare`` reads) for one run."""
+    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in args.function).strip("_")
+    path = root / (f"{slug}_seed{seed}" if instance is None else f"{slug}_{instance}_seed{seed}")
+    path.mkdir(parents=True, exist_ok=True)
+    config = {
+        "optimizer": "local_search",
+        "method": "blind local search",
+        "function": args.function,
+        "instance_seed": instance,
+        "seed": seed,
+        "incumbents": args.incumbents,
+        "mutations": args.mutations,
+        "per_round": args.per_round,
+    }
+    (path / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    records = [
+        {"round": r[3], "num_evaluations": r[4], "min_regret": r[5], "num_improving": r[6]}
+        for r in rows
+    ]
+    (path / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--function", default="Ehr(32,32)-4-4-4")
@@ -118,6 +142,12 @@ def main() -> None:
     parser.add_argument("--incumbents", type=int, default=200)
     parser.add_argument("--mutations", type=int, default=1)
     parser.add_argument("--out", default="results/local_search")
+    parser.add_argument(
+        "--run-dirs",
+        action="store_true",
+        help="also write OUT/runs/<function>_<instance>_seed<k>/ (config.json, rounds.jsonl), "
+        "so that `llome-jax compare` plots the baseline next to optimizer runs",
+    )
     args = parser.parse_args()
     instances = [int(s) for s in args.instance_seeds.split(",") if s] or [None]
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -135,6 +165,8 @@ def main() -> None:
                 args.mutations,
             )
             rows += run_rows
+            if args.run_dirs:
+                write_run_dir(pathlib.Path(args.out) / "runs", args, instance, seed, run_rows)
             finals.append(run_rows[-1][5])
             curve = " / ".join(f"{r[5]:.3f}" for r in run_rows)
             print(f"{args.function} instance {instance} seed {seed}: {curve}", flush=True)

@@ -62,7 +62,8 @@ class Run:
 @dataclasses.dataclass(frozen=True)
 class SummaryRow:
     """One method at one budget: the metric of each run (NaN where a run has no round within the
-    budget) and their median, min and max over the runs that have one."""
+    budget), their median, min and max over the runs that have one, and how many runs ended
+    before the budget (stopped early or still running: their value is their last one)."""
 
     label: str
     budget: int
@@ -71,6 +72,7 @@ class SummaryRow:
     median: float
     low: float
     high: float
+    ended_before: int
 
 
 def method_label(config: dict[str, Any]) -> str:
@@ -194,5 +196,6 @@ def summarise(runs: Sequence[Run], budget: float) -> list[SummaryRow]:
             if finite.size
             else (math.nan, math.nan, math.nan)
         )
-        rows.append(SummaryRow(label, int(budget), runs[0].metric, values, *stats))
+        ended = sum(run.evaluations[-1] < budget for run in runs if run.label == label)
+        rows.append(SummaryRow(label, int(budget), runs[0].metric, values, *stats, ended))
     return rows

@@ -67,6 +67,8 @@ def test_summary_at_a_budget_is_the_median_and_range_over_seeds(runs: pathlib.Pa
     assert marge.per_run == (0.8, 0.7, 0.6)
     assert (marge.median, marge.low, marge.high) == (0.7, 0.6, 0.8)
     assert ga.per_run == (0.97,) and ga.median == 0.97
+    # marge_s1 ended at 13,500 labels: at 14,000 it counts with its last value, and is flagged.
+    assert [r.ended_before for r in compare.summarise(loaded, 14000)] == [1, 0]
     # Before its first round a run has no value; the others still summarise.
     (early,) = [r for r in compare.summarise(loaded, 10500) if r.label == "LLOME-MargE"]
     assert early.per_run[:2] == (0.9, 0.95) and math.isnan(early.per_run[2])
@@ -116,7 +118,7 @@ def test_cli_writes_the_table_plot_and_csvs(runs: pathlib.Path, capsys):
     )
     assert code == 0
     printed = capsys.readouterr().out
-    assert "| LLOME-MargE | 15000 | 3 of 3 | 0.5000 | 0.2000 | 0.7000 |" in printed
+    assert "| LLOME-MargE | 15000 | 3 of 3 | 0.5000 | 0.2000 | 0.7000 | 2 |" in printed
     with open(out / "summary.csv", newline="") as stream:
         rows = list(csv.DictReader(stream))
     assert [(r["method"], float(r["median"])) for r in rows] == [("LLOME-MargE", 0.5), ("GA", 0.97)]

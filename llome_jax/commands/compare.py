@@ -7,7 +7,8 @@ import argparse
 NAME = "compare"
 HELP = (
     "Compare run directories (GA, LLOME, LaMBO-2; one per seed) at equal label budgets: median "
-    "and range of the min regret per method, a plot, curves.csv and summary.csv."
+    "and range of the min regret per method (and how many runs ended before the budget), a "
+    "plot, curves.csv and summary.csv."
 )
 ORDER = 60
 
@@ -57,13 +58,13 @@ def run(args: argparse.Namespace) -> int:
     rows = [row for budget in budgets for row in summarise(runs, budget)]
     problems = sorted({run.problem for run in runs})
     print(f"{name} on {'; '.join(problems)} ({len(runs)} runs)")
-    print(f"| method | labels | runs | median {name} | min | max |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(f"| method | labels | runs | median {name} | min | max | ended before |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         counted = sum(v == v for v in row.per_run)
         print(
             f"| {row.label} | {row.budget} | {counted} of {len(row.per_run)} | "
-            f"{_cell(row.median)} | {_cell(row.low)} | {_cell(row.high)} |"
+            f"{_cell(row.median)} | {_cell(row.low)} | {_cell(row.high)} | {row.ended_before} |"
         )
     if args.out is None:
         return 0
@@ -79,11 +80,22 @@ def run(args: argparse.Namespace) -> int:
                 writer.writerow([r.label, str(r.path), int(x), float(y)])
     with open(out / "summary.csv", "w", newline="") as stream:
         writer = csv.writer(stream)
-        writer.writerow(["method", "budget", "runs", "median", "min", "max", "per_run"])
+        writer.writerow(
+            ["method", "budget", "runs", "median", "min", "max", "ended_before", "per_run"]
+        )
         for row in rows:
             per_run = " ".join(_cell(v) for v in row.per_run)
             writer.writerow(
-                [row.label, row.budget, len(row.per_run), row.median, row.low, row.high, per_run]
+                [
+                    row.label,
+                    row.budget,
+                    len(row.per_run),
+                    row.median,
+                    row.low,
+                    row.high,
+                    row.ended_before,
+                    per_run,
+                ]
             )
     curves: dict[str, list] = {}
     for r in runs:
