@@ -40,6 +40,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "constraints": {"design.use_constraints": True},
     # more edit positions per design step (paper 4; bbo-bench's reproduce sweep 16-24)
     "mutations8": {"design.num_mutations": 8},
+    # fewer edit positions per design step (the paper's sweep {2, 4, 8, 16}; closer to seeds)
+    "mutations2": {"design.num_mutations": 2},
     # twice the epochs per fit (paper 100, bbo-bench 16 = cpu)
     "epochs32": {"train.epochs": 32},
     # seeds from the whole history instead of the top quarter (bbo-bench's alpha 2 tiles them)
