@@ -107,9 +107,14 @@ def run(function, instance_seed, seed, rounds, per_round, incumbents, mutations)
     return rows
 
 
+def _slug(function: str) -> str:
+    """A file-name-safe form of a function name: ``Ehr(32,32)-4-4-4`` -> ``Ehr_32_32_-4-4-4``."""
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in function).strip("_")
+
+
 def write_run_dir(root: pathlib.Path, args, instance, seed: int, rows: list[list]) -> None:
     """A minimal run directory (the fields ``llome-jax compare`` reads) for one run."""
-    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in args.function).strip("_")
+    slug = _slug(args.function)
     path = root / (f"{slug}_seed{seed}" if instance is None else f"{slug}_{instance}_seed{seed}")
     path.mkdir(parents=True, exist_ok=True)
     config = {
@@ -176,7 +181,7 @@ def main() -> None:
         )
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in args.function).strip("_")
+    slug = _slug(args.function)
     name = f"{slug}_r{args.rounds}_m{args.mutations}_k{args.incumbents}.csv"
     with open(out / name, "w", newline="") as stream:
         writer = csv.writer(stream)
