@@ -22,24 +22,30 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import pathlib
 
 import numpy as np
 
 
 def seed_data(function: str, instance_seed: int | None, seed: int):
-    """``(fn, sequences [n, L], values [n])``: LLOME's round 0 for run seed ``seed``."""
+    """``(fn, sequences [n, L], values [n], oracle calls)``: LLOME's round 0 for run seed
+    ``seed`` (the `cpu` preset's GA generations and settings, the run key's ``"ga"`` key)."""
     import jax
 
     from llome_jax import ehrlich, ga
+    from llome_jax.llome.presets import preset
     from llome_jax.llome.runtime import named_key
 
+    cfg = preset("cpu", seed=seed)
     fn = ehrlich.resolve_function(function, instance_seed)
     x0 = ehrlich.resolve_initial_solution(function, instance_seed)
-    archive = ga.run_archive(named_key(jax.random.key(seed), "ga"), fn, x0, 10, ga.GAConfig())
+    key = named_key(jax.random.key(seed), "ga")
+    archive = ga.run_archive(key, fn, x0, cfg.ga_generations, cfg.ga)
     sequences, values, _ = archive.to_numpy()
-    return fn, np.asarray(sequences, np.int64), np.asarray(values, np.float64)
+    calls = (
+        cfg.ga_generations * cfg.ga.num_particles
+    )  # duplicates included, as the optimizers count
+    return fn, np.asarray(sequences, np.int64), np.asarray(values, np.float64), calls
 
 
 def propose(
@@ -84,16 +90,22 @@ def propose(
     return np.stack(out)
 
 
-def run(function, instance_seed, seed, rounds, per_round, incumbents, mutations) -> list[list]:
+def run(
+    function, instance_seed, seed, rounds, per_round, incumbents, mutations, directory=None
+) -> list[list]:
+    """One run: a row ``[function, instance, seed, round, labels, min regret, improving]`` per
+    round; with ``directory`` (a ``RunDirectory``) also its ``rounds.jsonl`` and
+    ``evaluated.csv``, as the optimizers write them."""
     from llome_jax import ehrlich
 
-    fn, sequences, values = seed_data(function, instance_seed, seed)
+    fn, sequences, values, evaluations = seed_data(function, instance_seed, seed)
     rng = np.random.default_rng(1_000 + seed)
     seen = {s.astype(np.uint8).tobytes() for s in sequences}
     optimum = float(fn.optimal_value)
-    evaluations = 10_000  # the GA's oracle calls (duplicates included), as the optimizers count
     best = float(values.max())
     rows = [[function, instance_seed, seed, 0, evaluations, optimum - best, 0]]
+    if directory is not None:
+        directory.log_evaluated(0, sequences, values)
     for index in range(1, rounds + 1):
         batch = propose(
             rng, sequences, values, seen, per_round, incumbents, mutations, fn.config.num_states
@@ -104,6 +116,19 @@ def run(function, instance_seed, seed, rounds, per_round, incumbents, mutations)
         best = float(values.max())
         evaluations += per_round
         rows.append([function, instance_seed, seed, index, evaluations, optimum - best, improving])
+        if directory is not None:
+            directory.log_evaluated(index, batch, new)
+    if directory is not None:
+        for row in rows:
+            directory.log_round(
+                {
+                    "round": row[3],
+                    "num_evaluations": row[4],
+                    "min_regret": row[5],
+                    "best_value": optimum - row[5],
+                    "num_improving": row[6],
+                }
+            )
     return rows
 
 
@@ -112,11 +137,15 @@ def _slug(function: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in function).strip("_")
 
 
-def write_run_dir(root: pathlib.Path, args, instance, seed: int, rows: list[list]) -> None:
-    """A minimal run directory (the fields ``llome-jax compare`` reads) for one run."""
+def run_directory(root: pathlib.Path, args, instance, seed: int):
+    """A fresh ``RunDirectory`` (the optimizers' layout) for one run, replacing an earlier one."""
+    import shutil
+
+    from llome_jax.rundir import RunDirectory
+
     slug = _slug(args.function)
     path = root / (f"{slug}_seed{seed}" if instance is None else f"{slug}_{instance}_seed{seed}")
-    path.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(path, ignore_errors=True)
     config = {
         "optimizer": "local_search",
         "method": "blind local search",
@@ -127,12 +156,7 @@ def write_run_dir(root: pathlib.Path, args, instance, seed: int, rows: list[list
         "mutations": args.mutations,
         "per_round": args.per_round,
     }
-    (path / "config.json").write_text(json.dumps(config, indent=1) + "\n")
-    records = [
-        {"round": r[3], "num_evaluations": r[4], "min_regret": r[5], "num_improving": r[6]}
-        for r in rows
-    ]
-    (path / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return RunDirectory.create(path, config)
 
 
 def main() -> None:
@@ -150,8 +174,9 @@ def main() -> None:
     parser.add_argument(
         "--run-dirs",
         action="store_true",
-        help="also write OUT/runs/<function>_<instance>_seed<k>/ (config.json, rounds.jsonl), "
-        "so that `llome-jax compare` plots the baseline next to optimizer runs",
+        help="also write OUT/runs/<function>_<instance>_seed<k>/, run directories in the "
+        "optimizers' layout (config.json, rounds.jsonl, evaluated.csv), so that `llome-jax "
+        "compare` and llome_diagnose.py read the baseline like any run",
     )
     args = parser.parse_args()
     instances = [int(s) for s in args.instance_seeds.split(",") if s] or [None]
@@ -160,6 +185,11 @@ def main() -> None:
     for instance in instances:
         finals = []
         for seed in seeds:
+            directory = (
+                run_directory(pathlib.Path(args.out) / "runs", args, instance, seed)
+                if args.run_dirs
+                else None
+            )
             run_rows = run(
                 args.function,
                 instance,
@@ -168,10 +198,9 @@ def main() -> None:
                 args.per_round,
                 args.incumbents,
                 args.mutations,
+                directory,
             )
             rows += run_rows
-            if args.run_dirs:
-                write_run_dir(pathlib.Path(args.out) / "runs", args, instance, seed, run_rows)
             finals.append(run_rows[-1][5])
             curve = " / ".join(f"{r[5]:.3f}" for r in run_rows)
             print(f"{args.function} instance {instance} seed {seed}: {curve}", flush=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import json
 import math
 import pathlib
 from collections.abc import Iterable, Sequence
@@ -131,6 +130,9 @@ def load_runs(arguments: Sequence[str], *, allow_mixed: bool = False) -> list[Ru
         ``config.json`` or no finished round.
       ValueError: the runs optimised different problems (unless ``allow_mixed``), or one path was
         given twice.
+
+    Each curve is :meth:`RunDirectory.regret_curve` (``rounds.jsonl``, or ``evaluated.csv``
+    where rounds lack the fields).
     """
     from llome_jax.rundir import RunDirectory
 
@@ -142,14 +144,14 @@ def load_runs(arguments: Sequence[str], *, allow_mixed: bool = False) -> list[Ru
         raise ValueError("a run directory was given more than once.")
     loaded = []
     for label, path in entries:
-        config_path = path / "config.json"
-        if not config_path.is_file():
+        directory = RunDirectory(path)
+        if not (path / directory.CONFIG).is_file():
             raise FileNotFoundError(f"{path} is not a run directory (no config.json).")
-        config = json.loads(config_path.read_text())
-        records = RunDirectory(path).rounds()
+        config = directory.config()
+        records = directory.rounds()
         if not records:
             raise FileNotFoundError(f"{path} has no finished round (rounds.jsonl is empty).")
-        loaded.append((label or method_label(config), path, _problem(config), records))
+        loaded.append((label or method_label(config), directory, _problem(config), records))
     metric = "min_regret"
     if not all(r.get("min_regret") is not None for *_, records in loaded for r in records):
         metric = "best_value"
@@ -159,15 +161,10 @@ def load_runs(arguments: Sequence[str], *, allow_mixed: bool = False) -> list[Ru
             f"the runs optimised different problems ({'; '.join(problems)}); comparing them "
             "is only meaningful on one (allow_mixed / --allow-mixed to do it anyway)."
         )
-    runs = []
-    for label, path, problem, records in loaded:
-        missing = [r["round"] for r in records if r.get(metric) is None]
-        if missing or any(r.get("num_evaluations") is None for r in records):
-            raise ValueError(f"{path}: rounds {missing} lack {metric!r} or num_evaluations.")
-        evaluations = np.asarray([r["num_evaluations"] for r in records], np.float64)
-        values = np.asarray([r[metric] for r in records], np.float64)
-        runs.append(Run(label, path, problem, evaluations, values, metric))
-    return runs
+    return [
+        Run(label, directory.path, problem, *directory.regret_curve(metric), metric)
+        for label, directory, problem, _ in loaded
+    ]
 
 
 def value_at(run: Run, budget: float) -> float:
@@ -189,13 +186,14 @@ def summarise(runs: Sequence[Run], budget: float) -> list[SummaryRow]:
     labels = list(dict.fromkeys(run.label for run in runs))
     rows = []
     for label in labels:
-        values = tuple(value_at(run, budget) for run in runs if run.label == label)
+        group = [run for run in runs if run.label == label]
+        values = tuple(value_at(run, budget) for run in group)
         finite = np.asarray([v for v in values if not math.isnan(v)], np.float64)
         stats = (
             (float(np.median(finite)), float(finite.min()), float(finite.max()))
             if finite.size
             else (math.nan, math.nan, math.nan)
         )
-        ended = sum(run.evaluations[-1] < budget for run in runs if run.label == label)
+        ended = sum(run.evaluations[-1] < budget for run in group)
         rows.append(SummaryRow(label, int(budget), runs[0].metric, values, *stats, ended))
     return rows

@@ -45,10 +45,25 @@ def test_proposals_are_new_single_substitutions_of_the_best():
         local_search.propose(rng, sequences, values, seen, 1, 3, 1, 4)
 
 
-def test_a_round_labels_exactly_its_budget_and_regret_is_the_best_so_far():
-    rows = local_search.run(
-        "Ehr(8,8)-2-2-2", 1, 0, rounds=2, per_round=16, incumbents=4, mutations=1
-    )
+def test_a_run_labels_new_single_mutants_and_logs_them_like_an_optimizer(tmp_path):
+    import argparse
+
+    from llome_jax import ehrlich
+    from llome_jax.rundir import RunDirectory
+
+    args = argparse.Namespace(function="Ehr(8,8)-2-2-2", incumbents=4, mutations=1, per_round=16)
+    directory = local_search.run_directory(tmp_path, args, 1, 0)
+    rows = local_search.run("Ehr(8,8)-2-2-2", 1, 0, 2, 16, 4, 1, directory)
+    # 10 GA generations of 1,000 oracle calls, then 16 labels a round.
     assert [r[4] for r in rows] == [10_000, 10_016, 10_032]
-    regrets = [r[5] for r in rows]
-    assert regrets == sorted(regrets, reverse=True) and 0.0 <= regrets[-1] <= 1.0
+    rounds, sequences, values = RunDirectory(directory.path).evaluated()
+    assert len({tuple(s) for s in sequences}) == len(sequences)  # nothing labelled twice
+    for r in (1, 2):
+        batch, before = sequences[rounds == r], sequences[rounds < r]
+        assert len(batch) == 16
+        nearest = (batch[:, None, :] != before[None, :, :]).sum(-1).min(1)
+        assert (nearest == 1).all()
+    fn = ehrlich.resolve_function("Ehr(8,8)-2-2-2", 1)
+    np.testing.assert_array_equal(values, np.asarray(ehrlich.evaluate(fn, sequences), np.float64))
+    logged = [rec["min_regret"] for rec in RunDirectory(directory.path).rounds()]
+    assert logged == [1.0 - values[rounds <= r].max() for r in range(3)]

@@ -130,11 +130,15 @@ def process_logits(
     below the ``top_k``-th largest value at ``-inf`` (greedy rows, ``T <= 0``, use ``T = 1``).
     """
     raw = _raw_logits(logits, vocab_limit)
-    scaled = _scaled_logits(raw, temperature)
-    if top_k is not None and top_k < scaled.shape[-1]:
-        kth = _top_k(scaled, top_k)[0][:, -1:]
-        scaled = jnp.where(scaled < kth, -jnp.inf, scaled)
-    return raw, scaled
+    return raw, _top_k_threshold(_scaled_logits(raw, temperature), top_k)
+
+
+def _top_k_threshold(scaled: jax.Array, top_k: int | None) -> jax.Array:
+    """``scaled`` with everything below the ``top_k``-th largest value of its row at ``-inf``."""
+    if top_k is None or top_k >= scaled.shape[-1]:
+        return scaled
+    kth = _top_k(scaled, top_k)[0][:, -1:]
+    return jnp.where(scaled < kth, -jnp.inf, scaled)
 
 
 #: Extra top-k candidates gathered so that ties at the k-th value are kept (see ``_sample``).
@@ -196,12 +200,9 @@ def _choose(
 
     def mixed() -> tuple[jax.Array, jax.Array, jax.Array]:
         scaled = _scaled_logits(raw, temperature)
-        top_k, v = config.top_k, scaled.shape[-1]
-        if top_k is None or top_k >= v:
-            processed, sampled = scaled, _sample(key, scaled, top_k)
-        elif top_k + _TIE_SLACK >= v:
-            kth = _top_k(scaled, top_k)[0][:, -1:]
-            processed = jnp.where(scaled < kth, -jnp.inf, scaled)
+        top_k = config.top_k
+        if top_k is None or top_k + _TIE_SLACK >= scaled.shape[-1]:
+            processed = _top_k_threshold(scaled, top_k)
             sampled = _sample(key, processed, top_k)
         else:
             values, index = _top_k(scaled, top_k + _TIE_SLACK)
