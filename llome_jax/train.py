@@ -2,9 +2,13 @@
 
 Model contract: an NNX module called as
 ``model(input_ids [B, T], attention_mask=None, position_ids=None) -> logits [B, T, V]``
-(``llome_jax.lm.pythia.Pythia``, or any causal LM with that signature). The module is split once
-into a static ``graphdef`` and a ``params`` pytree (a pure nested dict of arrays, see
-:func:`split_params`), so the step is a pure function of ``(TrainState, TrainBatch, LossParams)``.
+(``llome_jax.lm.pythia.Pythia``, or any causal LM with that signature). A model whose call also
+takes ``logit_positions`` (int ``[B, W]``, returning ``[B, W, V]``) gets its output head applied
+only where a target token is scored (the batch's static ``target_window``, see
+``llome_jax.lm.logprobs``); other models compute every position's logits and the step picks.
+The module is split once into a static ``graphdef`` and a ``params`` pytree (a pure nested dict
+of arrays, see :func:`split_params`), so the step is a pure function of
+``(TrainState, TrainBatch, LossParams)``.
 
 Pipeline of one step (:func:`make_train_step`)::
 
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -44,7 +49,12 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from llome_jax import parallel
-from llome_jax.lm.logprobs import sequence_logprobs
+from llome_jax.lm.logprobs import (
+    sequence_logprobs,
+    target_positions,
+    window_logprobs,
+)
+from llome_jax.lm.logprobs import target_window as auto_target_window
 from llome_jax.losses import (
     LINEAR_IN_POLICY,
     LossBatch,
@@ -83,7 +93,7 @@ Params = Any  # a nested dict of arrays (nnx.to_pure_dict of the model's nnx.Par
 @functools.partial(
     jax.tree_util.register_dataclass,
     data_fields=["input_ids", "attention_mask", "target_mask", "reference", "loss"],
-    meta_fields=[],
+    meta_fields=["target_window"],
 )
 @dataclasses.dataclass(frozen=True)
 class TrainBatch:
@@ -96,6 +106,8 @@ class TrainBatch:
       reference: ``SeqLogProbs`` ``[B]`` of the frozen reference model (zeros for SFT).
       loss: ``LossBatch`` ``[N]`` (rewards, weights, groups); ``N = B`` or, for DPO, ``B / 2``
         with rows ordered ``[chosen; rejected]``.
+      target_window: static ``W``: every row has at most ``W`` target tokens after position 0,
+        so the output head runs on ``[B, W]`` positions only (``None``: all ``T``).
     """
 
     input_ids: jax.Array
@@ -103,6 +115,7 @@ class TrainBatch:
     target_mask: jax.Array
     reference: SeqLogProbs
     loss: LossBatch
+    target_window: int | None = None
 
     @classmethod
     def create(
@@ -113,6 +126,7 @@ class TrainBatch:
         *,
         reference: SeqLogProbs | None = None,
         loss: LossBatch | None = None,
+        target_window: int | str | None = "auto",
     ) -> TrainBatch:
         """Validate (eagerly, before any jit) and build a batch.
 
@@ -123,9 +137,13 @@ class TrainBatch:
           attention_mask: 0/1 ``[B, T]`` (default: all ones).
           reference: reference ``SeqLogProbs`` ``[B]`` (default zeros; fine for SFT only).
           loss: ``LossBatch`` (default: ``LossBatch.create(B)``, unit weights, one group).
+          target_window: ``"auto"`` (default: the largest target count rounded up to 16,
+            ``llome_jax.lm.logprobs.target_window``), an int ``W`` (fixed across batches), or
+            ``None`` (the head runs on every position, as before the window existed).
 
         Raises:
-          ValueError: on bad shapes/dtypes or empty target masks.
+          ValueError: on bad shapes/dtypes, empty target masks, or rows with more than an
+            explicit ``target_window`` target tokens.
         """
         ids = np.asarray(input_ids)
         if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
@@ -158,13 +176,33 @@ class TrainBatch:
                 f"rows {empty[:10].tolist()} have no target tokens after position 0 but positive "
                 "weight: check the prompt/target boundary (or give padding rows weight 0)"
             )
+        window = _checked_window(target_window, tmask)
         return cls(
             input_ids=jnp.asarray(ids, jnp.int32),
             attention_mask=jnp.asarray(amask, jnp.int32),
             target_mask=jnp.asarray(tmask, jnp.int32),
             reference=reference,
             loss=loss,
+            target_window=window,
         )
+
+
+def _checked_window(target_window: int | str | None, target_mask: np.ndarray) -> int | None:
+    """Resolve ``"auto"`` and check that an explicit window holds every row's targets."""
+    if target_window == "auto":
+        return auto_target_window(target_mask)
+    if target_window is None:
+        return None
+    if not isinstance(target_window, int) or isinstance(target_window, bool):
+        raise ValueError(f"target_window must be 'auto', an int or None, got {target_window!r}")
+    most = int(target_mask[:, 1:].sum(axis=1).max(initial=0))
+    if not most <= target_window <= target_mask.shape[1] - 1:
+        raise ValueError(
+            f"target_window={target_window} must lie in [{most}, {target_mask.shape[1] - 1}]: "
+            f"a row has {most} target tokens after position 0 and rows have "
+            f"{target_mask.shape[1] - 1} predicting positions"
+        )
+    return target_window
 
 
 @functools.partial(
@@ -331,14 +369,25 @@ def _forward_logprobs(
     input_ids: jax.Array,
     attention_mask: jax.Array,
     target_mask: jax.Array,
+    window: int | None = None,
 ) -> SeqLogProbs:
     model = nnx.merge(graphdef, params, rest)
-    logits = model(
-        input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids_from_mask(attention_mask),
-    )
-    return sequence_logprobs(logits, input_ids, target_mask)
+    position_ids = position_ids_from_mask(attention_mask)
+    if window is None:
+        logits = model(input_ids, attention_mask=attention_mask, position_ids=position_ids)
+        return sequence_logprobs(logits, input_ids, target_mask)
+    positions, valid = target_positions(target_mask, window)
+    if "logit_positions" in inspect.signature(model.__call__).parameters:
+        logits = model(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            logit_positions=positions,
+        )
+    else:
+        logits = model(input_ids, attention_mask=attention_mask, position_ids=position_ids)
+        logits = jnp.take_along_axis(logits, positions[..., None], axis=1)
+    return window_logprobs(logits, input_ids, positions, valid)
 
 
 def init_train_state(
@@ -474,10 +523,11 @@ def make_train_step(
         params: Params, batch: TrainBatch, hparams: LossParams, rest: nnx.State
     ) -> tuple[jax.Array, dict[str, jax.Array], Any]:
         tokens = (batch.input_ids, batch.attention_mask, batch.target_mask)
+        window = batch.target_window
         if num_microbatches == 1:
 
             def full(p: Params) -> tuple[jax.Array, dict[str, jax.Array]]:
-                return objective(forward(p, rest, *tokens), batch, hparams)
+                return objective(forward(p, rest, *tokens, window), batch, hparams)
 
             (loss, metrics), grads = jax.value_and_grad(full, has_aux=True)(params)
             return loss, metrics, grads
@@ -497,7 +547,7 @@ def make_train_step(
 
         def backward(acc: Any, xs: tuple[Any, jax.Array]) -> tuple[Any, jax.Array]:
             mb, cot = xs
-            sum_logp, vjp = jax.vjp(lambda p: forward(p, rest, *mb).sum_logp, params)
+            sum_logp, vjp = jax.vjp(lambda p: forward(p, rest, *mb, window).sum_logp, params)
             (g,) = vjp(cot)
             return jax.tree.map(jnp.add, acc, g), sum_logp
 
@@ -511,7 +561,7 @@ def make_train_step(
             sum_logp = _from_microbatches(sum_logp)
         else:
             sum_logp = _from_microbatches(
-                jax.lax.map(lambda mb: forward(params, rest, *mb).sum_logp, micro)
+                jax.lax.map(lambda mb: forward(params, rest, *mb, window).sum_logp, micro)
             )
             cot = cotangent_of(sum_logp)
             grads, _ = jax.lax.scan(
@@ -570,8 +620,9 @@ def make_eval_step(
         params: Params, batch: TrainBatch, hparams: LossParams, rest: nnx.State
     ) -> dict[str, jax.Array]:
         tokens = (batch.input_ids, batch.attention_mask, batch.target_mask)
+        window = batch.target_window
         micro = tuple(_to_microbatches(x, num_microbatches) for x in tokens)
-        per_mb = jax.lax.map(lambda mb: forward(params, rest, *mb), micro)
+        per_mb = jax.lax.map(lambda mb: forward(params, rest, *mb, window), micro)
         policy = jax.tree.map(_from_microbatches, per_mb)
         per_unit, metrics = loss_fn(policy, batch.reference, batch.loss, hparams)
         return {"loss": weighted_mean(per_unit, batch.loss.weight), **metrics}
@@ -590,7 +641,7 @@ def make_eval_step(
     return run
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@functools.partial(jax.jit, static_argnums=(0, 6))
 def _jitted_logprobs(
     graphdef: nnx.GraphDef,
     params: Params,
@@ -598,8 +649,9 @@ def _jitted_logprobs(
     input_ids: jax.Array,
     attention_mask: jax.Array,
     target_mask: jax.Array,
+    window: int | None,
 ) -> SeqLogProbs:
-    return _forward_logprobs(graphdef, params, rest, input_ids, attention_mask, target_mask)
+    return _forward_logprobs(graphdef, params, rest, input_ids, attention_mask, target_mask, window)
 
 
 def compute_logprobs(
@@ -612,6 +664,7 @@ def compute_logprobs(
     batch_size: int = 32,
     mesh: Mesh | None = None,
     progress: bool = False,
+    target_window: int | str | None = "auto",
 ) -> SeqLogProbs:
     """Sequence log-probs of a whole dataset under fixed parameters (e.g. the round's reference).
 
@@ -627,6 +680,8 @@ def compute_logprobs(
       batch_size: rows per forward pass (a multiple of the mesh size when sharded).
       mesh: optional data-parallel mesh.
       progress: show a tqdm progress bar.
+      target_window: as in :meth:`TrainBatch.create` (``"auto"``: from the whole dataset, so a
+        training batch of the same rows gets the same window and the same log-probs).
 
     Returns:
       ``SeqLogProbs`` of numpy float32 ``[N]`` arrays.
@@ -638,6 +693,7 @@ def compute_logprobs(
     amask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask, np.int32)
     if ids.ndim != 2 or tmask.shape != ids.shape or amask.shape != ids.shape:
         raise ValueError("input_ids, target_mask and attention_mask must all be [N, T]")
+    window = _checked_window(target_window, tmask)
     n = ids.shape[0]
     if n == 0:
         raise ValueError("no sequences to score")
@@ -659,7 +715,7 @@ def compute_logprobs(
         chunk = tuple(a[rows] if rows is not None else a[sl] for a in (ids, amask, tmask))
         if mesh is not None:
             chunk = parallel.shard_batch(chunk, mesh)
-        out = _jitted_logprobs(graphdef, params, rest, *chunk)
+        out = _jitted_logprobs(graphdef, params, rest, *chunk, window)
         keep = min(batch_size, n - start)
         sums.append(np.asarray(out.sum_logp)[:keep])
         counts.append(np.asarray(out.num_tokens)[:keep])

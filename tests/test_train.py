@@ -473,3 +473,120 @@ def test_two_process_data_parallel_matches_single_device(tmp_path):
     expected = _flat(state.params)
     tol = _adamw_tolerance(expected, second_moments, _WORKER_OPTIMIZER)
     np.testing.assert_array_less(np.abs(np.asarray(results[0]["params"]) - expected), tol)
+
+
+# ------------------------------------------------------------------ the output head's window
+
+
+def _pythia(seed: int = 3):
+    from llome_jax.lm.pythia import Pythia, PythiaConfig
+
+    config = PythiaConfig(
+        vocab_size=97,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+    )
+    return Pythia(config, rngs=nnx.Rngs(seed))
+
+
+class _FullLogitsOnly(nnx.Module):
+    """A causal LM whose call has no ``logit_positions``: the step must pick positions itself."""
+
+    def __init__(self, inner: nnx.Module) -> None:
+        self.inner = inner
+
+    def __call__(self, input_ids, attention_mask=None, position_ids=None):
+        return self.inner(input_ids, attention_mask, position_ids)
+
+
+def _window_batch(loss: str, target_window="auto", seed: int = 0) -> TrainBatch:
+    """Rows of 40 tokens: prompts of 24-26 tokens, then targets, then 0-2 padding tokens."""
+    ids, tmask, amask = toy_token_batch(
+        seed, batch_size=8, seq_len=40, vocab_size=97, min_prompt=24, max_pad=2
+    )
+    units = 4 if loss == "dpo" else 8
+    reward = np.random.default_rng(seed).uniform(0, 1, units).astype(np.float32)
+    return TrainBatch.create(
+        ids, tmask, amask, loss=LossBatch.create(reward=reward), target_window=target_window
+    )
+
+
+def _gradient(model, loss_name: str, batch: TrainBatch, num_microbatches: int = 1):
+    step = make_train_step(
+        LOSSES[loss_name],
+        model,
+        optax.sgd(1.0),
+        num_microbatches=num_microbatches,
+        max_grad_norm=None,
+    )
+    state = init_train_state(jax.random.key(0), model, optax.sgd(1.0))
+    before = _flat(state.params)
+    state, metrics = step(state, batch, default_params(loss_name))
+    return before - _flat(state.params), metrics
+
+
+def test_target_window_is_the_longest_target_rounded_up_to_16():
+    batch = _window_batch("sft")
+    # prompts of 24-26 tokens in rows of 40: at most 16 targets, so W = 16 of 39 positions
+    assert batch.target_window == 16
+    assert _window_batch("sft", target_window=None).target_window is None
+    with pytest.raises(ValueError, match="target_window=8 must lie in"):
+        _window_batch("sft", target_window=8)
+    with pytest.raises(ValueError, match="target_window must be"):
+        _window_batch("sft", target_window="yes")
+
+
+@pytest.mark.parametrize(("name", "num_microbatches"), [("sft", 1), ("marge", 2), ("dpo", 1)])
+def test_head_on_target_positions_gives_the_full_head_gradient(name, num_microbatches):
+    """The head applied to the [B, 16] target window (Pythia's ``logit_positions``, and the
+    step's own pick for a model without it) gives the gradient of the head on all 40 positions."""
+    model = _pythia()
+    full = _window_batch(name, target_window=None)
+    reference = compute_logprobs(
+        _pythia(seed=9), None, full.input_ids, full.target_mask, full.attention_mask
+    )
+    full = dataclasses.replace(full, reference=reference)
+    windowed = dataclasses.replace(full, target_window=16)
+    g_full, m_full = _gradient(model, name, full, num_microbatches)
+    g_window, m_window = _gradient(model, name, windowed, num_microbatches)
+    # Same terms, other float32 summation order (fewer zero rows in the head's weight gradient).
+    atol = 64 * _EPS32 * np.abs(g_full).max()
+    np.testing.assert_allclose(g_window, g_full, rtol=0, atol=atol)
+    np.testing.assert_allclose(float(m_window["loss"]), float(m_full["loss"]), rtol=1e-5)
+    g_picked, _ = _gradient(_FullLogitsOnly(model), name, windowed, num_microbatches)
+    np.testing.assert_allclose(g_picked, g_full, rtol=0, atol=atol)
+
+
+def test_head_on_target_positions_removes_the_heads_flops():
+    """XLA's cost analysis of the SFT step: the window removes 6 B (T - W) H V head FLOPs
+    (forward, and the backward's two matmuls) for the 24 positions it leaves out."""
+    model = _pythia()
+    tx = optax.sgd(1.0)
+    state = init_train_state(jax.random.key(0), model, tx)
+
+    def flops(batch: TrainBatch) -> float:
+        step = make_train_step(LOSSES["sft"], model, tx, donate=False)
+        hp = default_params("sft").as_arrays()
+        compiled = step.jitted.lower(state, batch, hp, step.rest).compile()
+        return float(compiled.cost_analysis()["flops"])
+
+    saved = flops(_window_batch("sft", target_window=None)) - flops(_window_batch("sft"))
+    b, t, w, h, v = 8, 40, 16, 32, 97
+    expected = 6 * b * (t - w) * h * v
+    assert 0.9 * expected <= saved <= 1.5 * expected
+
+
+def test_compute_logprobs_with_and_without_the_window():
+    model = _pythia()
+    batch = _window_batch("sft", target_window=None)
+    args = (batch.input_ids, batch.target_mask, batch.attention_mask)
+    full = compute_logprobs(model, None, *args, target_window=None)
+    windowed = compute_logprobs(model, None, *args)  # auto: 16
+    picked = compute_logprobs(_FullLogitsOnly(model), None, *args)
+    np.testing.assert_array_equal(windowed.num_tokens, full.num_tokens)
+    np.testing.assert_allclose(windowed.sum_logp, full.sum_logp, rtol=1e-6)
+    np.testing.assert_allclose(picked.sum_logp, full.sum_logp, rtol=1e-6)
+    with pytest.raises(ValueError, match="target_window=4 must lie in"):
+        compute_logprobs(model, None, *args, target_window=4)

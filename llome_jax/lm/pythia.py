@@ -420,6 +420,7 @@ class Pythia(nnx.Module):
         input_ids: jax.Array,
         attention_mask: jax.Array | None = None,
         position_ids: jax.Array | None = None,
+        logit_positions: jax.Array | None = None,
     ) -> jax.Array:
         """Next-token logits.
 
@@ -429,9 +430,12 @@ class Pythia(nnx.Module):
             never attended to; outputs at padding positions are meaningless.
           position_ids: int ``[B, T]`` rotary positions. Default ``arange(T)`` as in HF; pass
             ``cumsum(mask) - 1`` (``llome_jax.train.position_ids_from_mask``) for left padding.
+          logit_positions: optional int ``[B, W]``: apply the output head at these positions
+            only (``llome_jax.lm.logprobs.target_positions``; the head is the widest matmul).
 
         Returns:
-          float32 ``[B, T, V]``; position ``t`` predicts token ``t + 1``.
+          float32 ``[B, T, V]`` (``[B, W, V]`` with ``logit_positions``); position ``t`` predicts
+          token ``t + 1``.
         """
         b, t = input_ids.shape
         if attention_mask is None:
@@ -440,6 +444,8 @@ class Pythia(nnx.Module):
             position_ids = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
         mask = attention_mask_for(attention_mask, jnp.arange(t))
         h, _ = self.hidden(input_ids, mask, position_ids)
+        if logit_positions is not None:
+            h = jnp.take_along_axis(h, logit_positions[..., None], axis=1)
         return self.logits(h)
 
     def hidden(
