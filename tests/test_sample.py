@@ -634,3 +634,21 @@ def test_decoding_step_equals_the_reference_formula(top_k, greedy_only):
         assert (expected < limit).all() and len(set(expected[1:].tolist())) > 1
         np.testing.assert_allclose(np.asarray(logp_raw), expected_raw, rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(np.asarray(logp), expected_logp, rtol=1e-6, atol=1e-6)
+
+
+def test_argmax_by_two_reductions_equals_jnp_argmax():
+    """First maximal index (ties), an all -inf row, NaN rows (first NaN wins) and +inf."""
+    from llome_jax.lm.sample import _argmax
+
+    x = np.round(np.random.default_rng(3).normal(size=(7, 1000)) * 2) / 2  # many ties
+    x[1, :] = -np.inf
+    x[2, [10, 500]] = np.nan
+    x[3, [20, 30]] = np.inf
+    x[4, :] = 1.5
+    x[5, 999] = 50.0
+    x[6, [0, 999]] = 50.0
+    x = jnp.asarray(x, jnp.float32)
+    index, x_max = jax.jit(_argmax)(x)
+    np.testing.assert_array_equal(np.asarray(index), np.asarray(jnp.argmax(x, axis=-1)))
+    assert np.asarray(index)[[1, 2, 3, 4, 5, 6]].tolist() == [0, 10, 20, 0, 999, 0]
+    np.testing.assert_array_equal(np.asarray(x_max), np.asarray(jnp.max(x, axis=-1)))

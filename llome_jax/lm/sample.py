@@ -194,8 +194,8 @@ def _choose(
     greedy = temperature <= 0
 
     def all_greedy() -> tuple[jax.Array, jax.Array, jax.Array]:
-        token = jnp.argmax(raw, axis=-1).astype(jnp.int32)
-        logp_raw = _log_softmax_at(raw, token, x_max=_pick(raw, token))
+        token, raw_max = _argmax(raw)
+        logp_raw = _log_softmax_at(raw, token, x_max=raw_max)
         return token, logp_raw, logp_raw
 
     def mixed() -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -210,12 +210,26 @@ def _choose(
             processed = jnp.where(scaled < kth, -jnp.inf, scaled)
             values = jnp.where(values < kth, -jnp.inf, values)
             sampled = _sample_from_candidates(key, processed, (values, index), top_k)
-        token = jnp.where(greedy, jnp.argmax(raw, axis=-1), sampled).astype(jnp.int32)
+        token = jnp.where(greedy, _argmax(raw)[0], sampled).astype(jnp.int32)
         logp_raw = _log_softmax_at(raw, token)
         logp = jnp.where(greedy, logp_raw, _log_softmax_at(processed, token))
         return token, logp, logp_raw
 
     return jax.lax.cond(jnp.all(greedy), all_greedy, mixed)
+
+
+def _argmax(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(jnp.argmax(x, -1), jnp.max(x, -1))`` for ``[B, V]`` rows, by two plain reductions.
+
+    The index is the first maximal one, or the first NaN if a row has one, exactly as
+    ``jnp.argmax``; XLA:CPU runs argmax's (value, index) reduce ~3.5x slower than ``max`` followed
+    by ``min`` over the indices that hit it (V = 50304: 0.98 ms against 0.28 ms).
+    """
+    x_max = jnp.max(x, axis=-1)
+    hit = (x == x_max[:, None]) | jnp.isnan(x)
+    v = x.shape[-1]
+    index = jnp.min(jnp.where(hit, jnp.arange(v, dtype=jnp.int32), v), axis=-1)
+    return index, x_max
 
 
 def _pick(values: jax.Array, index: jax.Array) -> jax.Array:
