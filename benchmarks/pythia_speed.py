@@ -309,60 +309,29 @@ def main() -> None:
         results["decode"]["previous_sample_s"] = statistics.median(times["previous_sample"])
 
     # ---------------------------------------------------------------- report
-    rows = []
-    fw = results["forward"]
-    rows.append(
-        (
-            "forward 8x128",
-            b * t / fw["ours_s"],
-            b * t / fw["torch_s"],
-            fw["torch_s"] / fw["ours_s"],
-            "tokens/s",
-            1.5,
-        )
-    )
+    def row(name: str, work: int, cell: dict, ours_key: str, unit: str, target: float | None):
+        """(name, ours/s, torch/s, speed-up, unit, target) from a cell's median seconds."""
+        ours_s, torch_s = cell[ours_key], cell["torch_s"]
+        return (name, work / ours_s, work / torch_s, torch_s / ours_s, unit, target)
+
+    fw, de = results["forward"], results["decode"]
+    rows = [row(f"forward {b}x{t}", b * t, fw, "ours_s", "tokens/s", 1.5)]
     if "train_step" in results:
         tr = results["train_step"]
+        rows.append(row(f"train step {b}x{t} (SFT, AdamW)", b * t, tr, "ours_s", "tokens/s", 1.5))
         rows.append(
-            (
-                "train step 8x128 (SFT, AdamW)",
-                b * t / tr["ours_s"],
-                b * t / tr["torch_s"],
-                tr["torch_s"] / tr["ours_s"],
-                "tokens/s",
-                1.5,
-            )
-        )
-        rows.append(
-            (
+            row(
                 "  same step, head on all positions",
-                b * t / tr["ours_full_head_s"],
-                b * t / tr["torch_s"],
-                tr["torch_s"] / tr["ours_full_head_s"],
+                b * t,
+                tr,
+                "ours_full_head_s",
                 "tokens/s",
                 None,
             )
         )
-    de = results["decode"]
+    rows.append(row(f"greedy decode {b}x{n} new", b * n, de, "ours_s", "new tokens/s", 3.0))
     rows.append(
-        (
-            f"greedy decode {b}x{n} new",
-            b * n / de["ours_s"],
-            b * n / de["torch_s"],
-            de["torch_s"] / de["ours_s"],
-            "new tokens/s",
-            3.0,
-        )
-    )
-    rows.append(
-        (
-            f"sampled decode {b}x{n} (T=1,k=50)",
-            b * n / de["ours_sample_s"],
-            b * n / de["torch_s"],
-            de["torch_s"] / de["ours_sample_s"],
-            "new tokens/s",
-            None,
-        )
+        row(f"sampled decode {b}x{n} (T=1,k=50)", b * n, de, "ours_sample_s", "new tokens/s", None)
     )
     if args.previous_sample:
         for label, key_now, key_then in (

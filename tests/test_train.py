@@ -253,8 +253,9 @@ def test_every_registered_loss_trains_jitted_without_recompiling(name, key):
     assert step.jitted._cache_size() == 1
 
 
-def _one_sgd_update(loss_name, batch, num_microbatches, hp=None, mesh=None):
-    model = _model()
+def _one_sgd_update(loss_name, batch, num_microbatches, hp=None, mesh=None, model=None):
+    """The gradient, as the change of one SGD step with learning rate 1 (default: ``_model()``)."""
+    model = _model() if model is None else model
     step = make_train_step(
         LOSSES[loss_name],
         model,
@@ -513,20 +514,6 @@ def _window_batch(loss: str, target_window="auto", seed: int = 0) -> TrainBatch:
     )
 
 
-def _gradient(model, loss_name: str, batch: TrainBatch, num_microbatches: int = 1):
-    step = make_train_step(
-        LOSSES[loss_name],
-        model,
-        optax.sgd(1.0),
-        num_microbatches=num_microbatches,
-        max_grad_norm=None,
-    )
-    state = init_train_state(jax.random.key(0), model, optax.sgd(1.0))
-    before = _flat(state.params)
-    state, metrics = step(state, batch, default_params(loss_name))
-    return before - _flat(state.params), metrics
-
-
 def test_target_window_is_the_longest_target_rounded_up_to_16():
     batch = _window_batch("sft")
     # prompts of 24-26 tokens in rows of 40: at most 16 targets, so W = 16 of 39 positions
@@ -549,13 +536,13 @@ def test_head_on_target_positions_gives_the_full_head_gradient(name, num_microba
     )
     full = dataclasses.replace(full, reference=reference)
     windowed = dataclasses.replace(full, target_window=16)
-    g_full, m_full = _gradient(model, name, full, num_microbatches)
-    g_window, m_window = _gradient(model, name, windowed, num_microbatches)
+    g_full, m_full = _one_sgd_update(name, full, num_microbatches, model=model)
+    g_window, m_window = _one_sgd_update(name, windowed, num_microbatches, model=model)
     # Same terms, other float32 summation order (fewer zero rows in the head's weight gradient).
     atol = 64 * _EPS32 * np.abs(g_full).max()
     np.testing.assert_allclose(g_window, g_full, rtol=0, atol=atol)
     np.testing.assert_allclose(float(m_window["loss"]), float(m_full["loss"]), rtol=1e-5)
-    g_picked, _ = _gradient(_FullLogitsOnly(model), name, windowed, num_microbatches)
+    g_picked, _ = _one_sgd_update(name, windowed, num_microbatches, model=_FullLogitsOnly(model))
     np.testing.assert_allclose(g_picked, g_full, rtol=0, atol=atol)
 
 
