@@ -139,7 +139,7 @@ class TrainBatch:
           loss: ``LossBatch`` (default: ``LossBatch.create(B)``, unit weights, one group).
           target_window: ``"auto"`` (default: the largest target count rounded up to 16,
             ``llome_jax.lm.logprobs.target_window``), an int ``W`` (fixed across batches), or
-            ``None`` (the head runs on every position, as before the window existed).
+            ``None`` (the head runs on every position).
 
         Raises:
           ValueError: on bad shapes/dtypes, empty target masks, or rows with more than an
