@@ -31,7 +31,15 @@ parser.add_argument("--model", default="2.8b")
 parser.add_argument("--tokens", type=int, default=134)
 parser.add_argument("--devices", type=int, default=8)
 parser.add_argument("--losses", default="marge,dpo,generate", help="steps; 'generate' = sampler")
-parser.add_argument("--prompt-tokens", type=int, default=67, help="generate: left-padded prompt")
+parser.add_argument(
+    "--prompt-tokens", type=int, default=67, help="prompt tokens (train: the rest are targets)"
+)
+parser.add_argument(
+    "--full-head",
+    action="store_true",
+    help="train steps: apply the output head to every position (target_window=None) instead of "
+    "the product's default window over the targets",
+)
 parser.add_argument("--new-tokens", type=int, default=73, help="generate: decoded tokens at most")
 parser.add_argument(
     "--out", default=str(pathlib.Path(__file__).parent / "results" / "paper_scale_aot.json")
@@ -46,11 +54,13 @@ from typing import Any  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 from _report import compiled_memory_gib, write_json  # noqa: E402  (benchmarks/_report.py)
 
 from llome_jax import parallel  # noqa: E402
 from llome_jax.llome.finetune import microbatches  # noqa: E402
 from llome_jax.llome.presets import preset  # noqa: E402
+from llome_jax.lm.logprobs import target_window  # noqa: E402
 from llome_jax.lm.pythia import PythiaConfig, abstract_model  # noqa: E402
 from llome_jax.losses import LossBatch, default_params, get_loss, loss_spec  # noqa: E402
 from llome_jax.train import (  # noqa: E402
@@ -97,6 +107,10 @@ def main() -> None:
         rows_b = 2 * units if triples else units
         data = P(parallel.DATA_AXIS)
         tokens = (rows_b, args.tokens)
+        # The window TrainBatch.create would pick for rows of prompt + target tokens.
+        target_rows = np.zeros((1, args.tokens), np.int32)
+        target_rows[:, args.prompt_tokens :] = 1
+        window = None if args.full_head else target_window(target_rows)
         batch = TrainBatch(
             input_ids=_sds(tokens, jnp.int32, mesh, data),
             attention_mask=_sds(tokens, jnp.int32, mesh, data),
@@ -109,6 +123,7 @@ def main() -> None:
                 weight=_sds((units,), jnp.float32, mesh, data),
                 group=_sds((units,), jnp.int32, mesh, data),
             ),
+            target_window=window,
         )
         hparams = default_params(loss).as_arrays()
         t0 = time.perf_counter()
@@ -124,6 +139,7 @@ def main() -> None:
             sequences_per_step=rows_b,
             tokens=args.tokens,
             num_microbatches=m,
+            target_window=window,
         )
         rows.append(row)
         print(

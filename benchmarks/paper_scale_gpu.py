@@ -63,6 +63,7 @@ def _train_row(args: argparse.Namespace, paper: Any, loss: str) -> dict[str, Any
     from flax import nnx
 
     from llome_jax.llome.finetune import microbatches
+    from llome_jax.lm.logprobs import target_window
     from llome_jax.lm.pythia import Pythia, PythiaConfig, abstract_model
     from llome_jax.losses import LossBatch, default_params, get_loss, loss_spec
     from llome_jax.train import (
@@ -105,6 +106,7 @@ def _train_row(args: argparse.Namespace, paper: Any, loss: str) -> dict[str, Any
             weight=jnp.ones((units,), jnp.float32),
             group=jnp.zeros((units,), jnp.int32),
         ),
+        target_window=None if args.full_head else target_window(target),
     )
     hparams = default_params(loss).as_arrays()
     t0 = time.perf_counter()
@@ -126,6 +128,7 @@ def _train_row(args: argparse.Namespace, paper: Any, loss: str) -> dict[str, Any
         "sequences_per_step": rows_b,
         "tokens": args.tokens,
         "num_microbatches": m,
+        "target_window": batch.target_window,
         "init_seconds": t_init,
         "compile_seconds": t_compile,
         **timing,
@@ -190,6 +193,9 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=73)
     parser.add_argument("--steps", type=int, default=3, help="timed steps after the first")
     parser.add_argument("--microbatches", type=int, default=None, help="override M (CPU checks)")
+    parser.add_argument(
+        "--full-head", action="store_true", help="output head on every position (no window)"
+    )
     parser.add_argument(
         "--out", default=str(pathlib.Path(__file__).parent / "results" / "paper_scale_gpu.json")
     )
