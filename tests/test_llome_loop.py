@@ -246,6 +246,27 @@ def test_each_round_trains_with_its_loss_rewards_and_learning_rate(
         assert np.median(moved) == pytest.approx(lr, rel=0.02)
 
 
+def test_head_on_targets_sets_the_training_window(
+    smoke_capture: tuple[pathlib.Path, list[FirstStep]], tmp_path: pathlib.Path
+) -> None:
+    """``finetune.head_on_targets``: off in the smoke preset (the head scores every position);
+    on, the batch carries the window: the longest completion rounded up to a multiple of 16."""
+    _, captured = smoke_capture
+    assert [c.batch.target_window for c in captured] == [None, None]
+    on: list[FirstStep] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(finetune, "train_step", _capturing_train_step(on))
+        args = [*SMOKE, "--rounds", "1", "--set", "finetune.head_on_targets=true"]
+        assert cli.main([*args, "--out", str(tmp_path / "run")]) == 0
+    (first,) = on
+    tmask = np.asarray(first.batch.target_mask)
+    most = int(tmask[:, 1:].sum(axis=1).max())
+    # Rows of 36 tokens whose longest completion has 17 target tokens: a window of 32 of the
+    # 35 predicting positions.
+    assert (most, tmask.shape[1]) == (17, 36)
+    assert first.batch.target_window == 32
+
+
 @pytest.mark.slow
 def test_resume_after_round_one_equals_uninterrupted(
     smoke_run: pathlib.Path, tmp_path: pathlib.Path

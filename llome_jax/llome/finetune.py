@@ -286,6 +286,7 @@ def train(
     ids = np.concatenate(data["ids"])  # [R, T] with R = n (pairs) or 2n (DPO: chosen; rejected)
     tmask = np.concatenate(data["tmask"])
     amask = np.concatenate(data["amask"])
+    window = "auto" if cfg.finetune.head_on_targets else None
     if not loss_spec(loss).uses_reference:
         reference = SeqLogProbs(np.zeros(len(ids), np.float32), np.zeros(len(ids), np.float32))
     else:
@@ -299,6 +300,7 @@ def train(
             batch_size=cfg.finetune.logprob_batch_size,
             mesh=rt.mesh,
             progress=progress,
+            target_window=window,
         )
     copies = len(data["ids"])  # 1, or 2 for DPO
     state = TrainState(
@@ -327,6 +329,7 @@ def train(
                 weight=weight,
                 group_size=cfg.finetune.marge_group_size,
             ),
+            target_window=window,
         )
         return batch if rt.mesh is None else parallel.shard_batch(batch, rt.mesh)
 

@@ -55,6 +55,7 @@ _SMOKE: dict[str, Any] = {
         "batch_size": 32,
         "max_train_examples": 512,
         "logprob_batch_size": 128,
+        "head_on_targets": False,
     },
     "num_seeds": 8,
     "temperatures": (0.8, 1.2),
@@ -81,6 +82,9 @@ _CPU: dict[str, Any] = {
         "batch_size": 64,
         "max_train_examples": 2048,
         "logprob_batch_size": 256,
+        # A 40-token head: the target window saves nothing measurable (119.6 vs 118.1 ms a
+        # step) and off keeps the runs identical to the documented ones.
+        "head_on_targets": False,
     },
     "num_seeds": 200,
     "refine": {"num_iterations": 4, "num_samples": 4, "batch_size": 1024},
