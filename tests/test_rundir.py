@@ -92,6 +92,17 @@ def test_flat_llome_config_json_reads_as_the_nested_configuration():
     }
     assert "reward_beta" not in before_beta["finetune"]
     assert upgrade_saved_config(before_beta) == nested
+    # ... and before finetune.head_on_targets: its run scored every position, so it resumes
+    # with False (the smoke and cpu presets' value), not today's default True
+    paper_like = preset("smoke", **{"finetune.head_on_targets": True}).to_dict()
+    before_window = {
+        **paper_like,
+        "finetune": {k: v for k, v in paper_like["finetune"].items() if k != "head_on_targets"},
+    }
+    upgraded = upgrade_saved_config(before_window)
+    assert upgraded["finetune"]["head_on_targets"] is False
+    assert upgrade_saved_config({**nested, "finetune": before_window["finetune"]}) == nested
+    assert older["finetune"]["head_on_targets"] is False
 
 
 def test_log_read_and_rollback(tmp_path):

@@ -27,6 +27,7 @@ __all__ = [
     "FLAT_KEYS",
     "LEGACY_VALUES",
     "LOSS_NAMES",
+    "NESTED_LEGACY_VALUES",
     "NEUTRAL_ADDITIONS",
     "SPEED_ONLY",
     "FinetuneConfig",
@@ -52,7 +53,13 @@ LEGACY_VALUES: dict[str, Any] = {
     "sft_batch_size": None,
     "dpo_compute_dtype": "float32",
     "text_format": "list",
+    "head_on_targets": False,
 }
+
+#: ``(section, key) -> value`` of settings added to the nested configuration whose default is
+#: not the behaviour before them: a saved nested configuration without one resumes with the
+#: value that reproduces its run (as :data:`LEGACY_VALUES` does for flat ones).
+NESTED_LEGACY_VALUES: dict[tuple[str, str], Any] = {("finetune", "head_on_targets"): False}
 
 #: ``(section, key)`` of settings that change only the speed of a run, never its numbers (tested
 #: against the behaviour before them): a saved configuration made before one existed resumes with
@@ -455,14 +462,16 @@ def upgrade_saved_config(saved: Mapping[str, Any]) -> dict[str, Any]:
     added since are filled with the values that reproduce the old behaviour
     (:data:`LEGACY_VALUES`). Keys that are not settings (``optimizer``, ``loss``,
     ``provenance``) are kept. A nested one is returned unchanged, except that settings of
-    :data:`SPEED_ONLY` and :data:`NEUTRAL_ADDITIONS` it lacks take today's defaults.
+    :data:`SPEED_ONLY` and :data:`NEUTRAL_ADDITIONS` it lacks take today's defaults and those of
+    :data:`NESTED_LEGACY_VALUES` their old behaviour.
     """
     if "finetune" in saved:
         upgraded = dict(saved)
         defaults = LoopConfig().to_dict()
-        for section, key in SPEED_ONLY + NEUTRAL_ADDITIONS:
+        fill = {(sec, key): defaults[sec][key] for sec, key in SPEED_ONLY + NEUTRAL_ADDITIONS}
+        for (section, key), value in {**fill, **NESTED_LEGACY_VALUES}.items():
             if isinstance(upgraded.get(section), dict) and key not in upgraded[section]:
-                upgraded[section] = {**upgraded[section], key: defaults[section][key]}
+                upgraded[section] = {**upgraded[section], key: value}
         return upgraded
     known = {f.name for f in dataclasses.fields(LoopConfig)} | set(FLAT_KEYS) | {"filter_rule"}
     flat = {k: v for k, v in saved.items() if k in known}
