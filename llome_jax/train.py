@@ -50,6 +50,7 @@ from jax.sharding import PartitionSpec as P
 
 from llome_jax import parallel
 from llome_jax.lm.logprobs import (
+    max_target_count,
     sequence_logprobs,
     target_positions,
     window_logprobs,
@@ -195,7 +196,7 @@ def _checked_window(target_window: int | str | None, target_mask: np.ndarray) ->
         return None
     if not isinstance(target_window, int) or isinstance(target_window, bool):
         raise ValueError(f"target_window must be 'auto', an int or None, got {target_window!r}")
-    most = int(target_mask[:, 1:].sum(axis=1).max(initial=0))
+    most = max_target_count(target_mask)
     if not most <= target_window <= target_mask.shape[1] - 1:
         raise ValueError(
             f"target_window={target_window} must lie in [{most}, {target_mask.shape[1] - 1}]: "
@@ -680,8 +681,7 @@ def compute_logprobs(
       batch_size: rows per forward pass (a multiple of the mesh size when sharded).
       mesh: optional data-parallel mesh.
       progress: show a tqdm progress bar.
-      target_window: as in :meth:`TrainBatch.create` (``"auto"``: from the whole dataset, so a
-        training batch of the same rows gets the same window and the same log-probs).
+      target_window: as in :meth:`TrainBatch.create` (``"auto"``: from the whole dataset).
 
     Returns:
       ``SeqLogProbs`` of numpy float32 ``[N]`` arrays.

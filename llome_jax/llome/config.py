@@ -178,7 +178,7 @@ class FinetuneConfig:
       head_on_targets: apply the policy's output head only at the positions that score a
         completion token (``TrainBatch.target_window``; about half of each row), for training and
         the reference log-probs. Same values up to float summation order. It pays with a wide
-        vocabulary (Pythia's 50K: the Pythia-70M step is 1.37x faster); the ``cpu`` and ``smoke``
+        vocabulary (Pythia's 50K: the Pythia-70M SFT step is 1.2-1.4x faster); the ``cpu`` and ``smoke``
         presets turn it off (a 40-token head saves nothing measurable, and off keeps their runs
         identical to the documented ones).
       select_checkpoint: keep the best checkpoint of a round instead of the last

@@ -25,6 +25,7 @@ import numpy as np
 from llome_jax.types import SeqLogProbs
 
 __all__ = [
+    "max_target_count",
     "sequence_logprobs",
     "target_positions",
     "target_window",
@@ -47,11 +48,15 @@ def token_logprobs(logits: jax.Array, input_ids: jax.Array) -> jax.Array:
     Returns:
       float32 ``[B, T]`` where entry ``t >= 1`` is ``log p(x_t | x_<t)`` and entry 0 is 0.
     """
-    logits = jnp.asarray(logits)[:, :-1].astype(jnp.float32)
-    targets = input_ids[:, 1:]
-    picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-    logp = picked - jax.nn.logsumexp(logits, axis=-1)
+    logp = _logp_of(jnp.asarray(logits)[:, :-1], input_ids[:, 1:])
     return jnp.pad(logp, ((0, 0), (1, 0)))
+
+
+def _logp_of(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    """float32 ``log softmax(logits)[..., targets]``: logits ``[B, N, V]``, targets ``[B, N]``."""
+    logits = logits.astype(jnp.float32)
+    picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    return picked - jax.nn.logsumexp(logits, axis=-1)
 
 
 def sequence_logprobs(
@@ -95,10 +100,14 @@ def target_window(target_mask: np.ndarray) -> int | None:
       >>> target_window(tmask)   # 40 targets in row 0 -> 48
       48
     """
-    tmask = np.asarray(target_mask)
-    most = int(tmask[:, 1:].sum(axis=1).max(initial=0))
+    most = max_target_count(target_mask)
     window = max(WINDOW_MULTIPLE, -(-most // WINDOW_MULTIPLE) * WINDOW_MULTIPLE)
-    return window if window < tmask.shape[1] - 1 else None
+    return window if window < np.shape(target_mask)[1] - 1 else None
+
+
+def max_target_count(target_mask: np.ndarray) -> int:
+    """The most target tokens after position 0 in any row of a 0/1 ``[B, T]`` mask (host side)."""
+    return int(np.asarray(target_mask)[:, 1:].sum(axis=1).max(initial=0))
 
 
 def target_positions(target_mask: jax.Array, window: int) -> tuple[jax.Array, jax.Array]:
@@ -137,8 +146,6 @@ def window_logprobs(
       ``SeqLogProbs(sum_logp [B], num_tokens [B])``, equal to :func:`sequence_logprobs` on the
       full logits up to float summation order.
     """
-    logits = jnp.asarray(logits).astype(jnp.float32)
     targets = jnp.take_along_axis(input_ids, positions + 1, axis=-1)
-    picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-    logp = picked - jax.nn.logsumexp(logits, axis=-1)
+    logp = _logp_of(jnp.asarray(logits), targets)
     return SeqLogProbs(sum_logp=jnp.sum(logp * valid, axis=-1), num_tokens=jnp.sum(valid, axis=-1))
