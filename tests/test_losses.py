@@ -500,10 +500,10 @@ def test_strong_interpolation_criteria_marge():
         assert to_star[-1] > 0.1 and to_ref[0] > 0.1  # the endpoints really differ
         # And the optimum satisfies the paper's fixed-point equation (*):
         # log pi - log pi* - lambda pi_ref / pi = const.
-        for lam, p in zip(lams, policies):
-            if 0.01 <= lam <= 100:
-                residual = np.log(p) - np.log(SIC_STAR) - lam * SIC_REF / p
-                assert np.ptp(residual) < 1e-5, (lam, residual)
+        # checked for lambda = 0.01 ... 100 (lams[2:9])
+        for lam, p in zip(lams[2:9], policies[2:9]):
+            residual = np.log(p) - np.log(SIC_STAR) - lam * SIC_REF / p
+            assert np.ptp(residual) < 1e-5, (lam, residual)
 
 
 def test_marge_with_detached_weights_ignores_the_reward():

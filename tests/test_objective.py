@@ -213,7 +213,6 @@ def test_ga_two_rounds_on_a_numpy_objective(tmp_path: pathlib.Path) -> None:
     # (one generation alone): the GA improves on f(x0) and the regret drops below 8.
     y = _evaluated(result.path)[2]
     assert records[-1]["best_value"] > 0.0 and records[-1]["min_regret"] < 8.0
-    assert [r["best_value"] for r in records] == sorted(r["best_value"] for r in records)
     saved = json.loads((result.path / "config.json").read_text())
     assert saved["objective"] == "onemax" and "function" not in saved
     assert saved["objective_info"]["optimal_value"] == 8.0

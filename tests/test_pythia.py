@@ -127,8 +127,8 @@ def test_golden_fixture_greedy_generation():
 def test_released_presets_match_published_parameter_counts(name):
     config = PythiaConfig.preset(name)
     assert _formula(config) == PUBLISHED[name]
-    if name == "70m":  # build one for real
-        assert pythia.num_parameters(pythia.abstract_model(config)) == PUBLISHED[name]
+    # the model built abstractly (shapes only) has the same count as the formula
+    assert pythia.num_parameters(pythia.abstract_model(config)) == PUBLISHED[name]
 
 
 def test_pythia_2p8b_builds_abstractly():

@@ -600,8 +600,12 @@ def test_topk_candidate_sampling_handles_ties_exactly():
     assert np.bincount(draws, minlength=v).sum() == 3000 and np.abs(freq - p).max() < 0.03
 
 
-@pytest.mark.parametrize("top_k", [None, 5, 280, 300])
-@pytest.mark.parametrize("greedy_only", [False, True])
+# top_k: none; a small k; k = 280 (top_k + 16 < v: the k-sized draw); k = 288 (top_k < v <=
+# top_k + 16: the threshold, then the full-vocabulary draw). The greedy-only branch never reads
+# top_k, so it is one case.
+@pytest.mark.parametrize(
+    "top_k, greedy_only", [(None, False), (5, False), (280, False), (288, False), (5, True)]
+)
 def test_decoding_step_equals_the_reference_formula(top_k, greedy_only):
     """``_choose`` (one top-k, a greedy-only branch, log-softmax picked without the [B, V]
     array) against the plain formula: ``process_logits``, ``_sample``, ``log_softmax``. Logits
