@@ -25,6 +25,7 @@ from llome_jax.llome.presets import preset
 from llome_jax.llome.round import llome_round
 from llome_jax.llome.runtime import Runtime, initial_params, named_key
 from llome_jax.llome.state import abstract_state, init_state, restore_checkpoint
+from llome_jax.llome.temperature import temperature_offset
 
 #: one runtime per configuration for the whole module (what the driver builds once per run)
 _runtime = functools.cache(Runtime.build)
@@ -160,7 +161,10 @@ def test_smoke_run_files_and_invariants(smoke_run: pathlib.Path) -> None:
         assert record["frac_feasible"] == pytest.approx(np.isfinite(v).mean())
         assert 0.0 <= record["frac_unique"] <= 1.0
         assert np.isfinite(record["train_loss"]) and np.isfinite(record["seconds"])
-        assert record["temperature_offset"] in (0.0, 0.2, 0.4, 0.6)
+        # the offset follows the previous round's mean Hamming distance (none before round 1)
+        previous_hd = None if r == 1 else float(np.float32(records[r - 1]["mean_hamming"]))
+        assert not cfg.reset_temperature_at_phase and cfg.adaptive_temperature
+        assert record["temperature_offset"] == pytest.approx(temperature_offset(previous_hd))
         ft = cfg.finetune
         steps = ft.epochs * -(-min(record["num_pairs"], ft.max_train_examples) // ft.batch_size)
         assert record["train_steps"] == steps
