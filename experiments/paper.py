@@ -576,9 +576,13 @@ def _verdict_best(summary: dict[str, dict], method: str, min_seeds: int = 3) -> 
     """Is ``method`` the lowest median min regret? agree / disagree with >= ``min_seeds``."""
     if method not in summary or len(summary) < 2:
         return "inconclusive at this scale", f"{method} or its competitors have no results"
-    if min(s["seeds"] for s in summary.values()) < min_seeds:
-        return "inconclusive at this scale", f"fewer than {min_seeds} seeds per method"
     best = min(s["median"] for s in summary.values())
+    if (seeds := min(s["seeds"] for s in summary.values())) < min_seeds:
+        leaders = sorted(m for m, s in summary.items() if s["median"] <= best)
+        return "inconclusive at this scale", (
+            f"fewer than {min_seeds} seeds per method; lowest median {best:.3f}: "
+            f"{', '.join(leaders)} (some methods {seeds} seed{'s' if seeds > 1 else ''})"
+        )
     if summary[method]["median"] <= best:
         tied = sorted(m for m, s in summary.items() if m != method and s["median"] <= best)
         if tied:  # a shared lowest median does not show that ``method`` is the best
@@ -601,8 +605,10 @@ def figure_solver(ctx: Context) -> tuple[str, str]:
         summary = _summary(curves, ctx.budget)
         for method, s in summary.items():
             rows.append([function, method, s["seeds"], ctx.budget, s["median"], s["min"], s["max"]])
-        if function == "f2":
-            verdicts.append(_verdict_best(summary, "LLOME-MargE"))
+        if function in ("f2", "f3"):  # the paper's best method there
+            method = "LLOME-MargE" if function == "f2" else "LaMBO-2"
+            verdict, why = _verdict_best(summary, method)
+            verdicts.append((verdict, f"{function}: {why}"))
         if function in ("f1", "f4") and summary:
             spread = max(s["median"] for s in summary.values()) - min(
                 s["median"] for s in summary.values()
@@ -613,8 +619,9 @@ def figure_solver(ctx: Context) -> tuple[str, str]:
                 if seeds < 3
                 else ("agree" if spread <= 0.1 else "disagree")
             )
+            few = f"; fewer than 3 seeds per method ({seeds})" if seeds < 3 else ""
             verdicts.append(
-                (v, f"{function}: spread of medians {spread:.3f} (comparable if <= 0.1)")
+                (v, f"{function}: spread of medians {spread:.3f} (comparable if <= 0.1){few}")
             )
     _plot_curves(ctx.out / "solver.png", panels)
     header = ["function", "method", "seeds", "budget", "median_min_regret", "min", "max"]

@@ -312,3 +312,9 @@ def test_a_shared_lowest_median_is_not_agreement(paper) -> None:
     verdict, why = paper._verdict_best(summary(A=0.789, B=0.789, C=0.9), "A")
     assert verdict == "inconclusive at this scale" and why.endswith("0.789 with B")
     assert paper._verdict_best(summary(A=0.8, B=0.7), "A")[0] == "disagree"
+    # with too few seeds the verdict stays inconclusive, and says which way the medians point
+    few = {"A": {"seeds": 1, "median": 0.625}, "B": {"seeds": 3, "median": 0.906}}
+    assert paper._verdict_best(few, "A") == (
+        "inconclusive at this scale",
+        "fewer than 3 seeds per method; lowest median 0.625: A (some methods 1 seed)",
+    )
