@@ -64,6 +64,7 @@ class FirstStep:
     metrics: dict[str, float]
     params_before: Any
     params_after: Any
+    updates: int = 1  # updates the round made in all, counted by the wrapper
 
 
 def _capturing_train_step(captured: list[FirstStep]) -> Any:
@@ -75,6 +76,7 @@ def _capturing_train_step(captured: list[FirstStep]) -> Any:
 
         def recorded(state: Any, batch: Any, hparams: Any) -> Any:
             if int(state.step) != 0:
+                captured[-1].updates += 1
                 return step(state, batch, hparams)
             before = jax.tree.map(np.asarray, state.params)  # the step donates its input
             host_batch = jax.tree.map(np.asarray, batch)
@@ -109,8 +111,10 @@ def smoke_run(smoke_capture: tuple[pathlib.Path, list[FirstStep]]) -> pathlib.Pa
 
 
 @pytest.mark.slow
-def test_smoke_run_files_and_invariants(smoke_run: pathlib.Path) -> None:
-    out = smoke_run
+def test_smoke_run_files_and_invariants(
+    smoke_capture: tuple[pathlib.Path, list[FirstStep]],
+) -> None:
+    out, captured = smoke_capture
     for name in ("rounds.jsonl", "evaluated.csv", "regret.png", "config.json"):
         assert (out / name).is_file(), name
     cfg = preset("smoke", schedule=(("sft", 1), ("marge", 1)), rounds=2)
@@ -167,7 +171,7 @@ def test_smoke_run_files_and_invariants(smoke_run: pathlib.Path) -> None:
         assert record["temperature_offset"] == pytest.approx(temperature_offset(previous_hd))
         ft = cfg.finetune
         steps = ft.epochs * -(-min(record["num_pairs"], ft.max_train_examples) // ft.batch_size)
-        assert record["train_steps"] == steps
+        assert record["train_steps"] == steps == captured[r - 1].updates  # updates really made
     # No sequence is labelled twice: evaluated.csv is a set (GA data, rounds 1 and 2).
     assert len(np.unique(seqs, axis=0)) == len(seqs)
 
