@@ -128,6 +128,51 @@ def test_errors_raised_by_evaluate_pass_through_with_a_note() -> None:
     assert "objective 'robot'" in info.value.__notes__[0]
 
 
+def _threes_first_row_only(x):
+    """OneMax of the first row only: right for one sequence, a [1] output for any batch."""
+    return (jnp.asarray(x) == 3).sum(1).astype(jnp.float32)[:1]
+
+
+def _threes_int_when_traced(x):
+    """float32 on concrete input, int32 when traced (e.g. a cast skipped under ``jit``)."""
+    counts = (jnp.asarray(x) == 3).sum(1)
+    return counts if isinstance(x, jax.core.Tracer) else np.asarray(counts, np.float32)
+
+
+@pytest.mark.parametrize(
+    ("evaluate", "message"),
+    [
+        (
+            _threes_first_row_only,
+            r"traced evaluate returns shape \(1,\) dtype float32 for 2 sequences; "
+            r"expected float \[2\]",
+        ),
+        (_threes_int_when_traced, r"traced evaluate returns shape \(2,\) dtype int32"),
+        (
+            _count_threes,
+            r"evaluate is declared traceable but JAX cannot trace it "
+            r"\(TracerArrayConversionError",
+        ),
+    ],
+    ids=["shape", "int-dtype", "untraceable"],
+)
+def test_validate_traces_a_traceable_objective(evaluate, message) -> None:
+    """``validate``'s checked call on the start sequence (one row) accepts each of these, so
+    only the trace on a batch of 2 (``jax.eval_shape``) can refuse them, before the GA would
+    put ``evaluate`` inside its jitted ``lax.scan``."""
+    x0 = np.array([[3, 0, 3, 0, 0, 0, 0, 3]])
+    host = onemax(evaluate=evaluate, traceable=False, initial_solution=x0[0])
+    assert host.validate() == 3.0  # the concrete call passes: 3 threes
+    traced = onemax(evaluate=evaluate, traceable=True, initial_solution=x0[0])
+    with pytest.raises(ValueError, match=f"Objective 'onemax': {message}"):
+        traced.validate()
+    # the same checks let a well-formed traceable objective through, returning f(x0)
+    fine = onemax(
+        evaluate=jax.jit(lambda x: (x == 3).sum(1).astype(jnp.float32)), initial_solution=x0[0]
+    )
+    assert fine.traceable and fine.validate() == 3.0
+
+
 def test_regret_with_and_without_known_optimum() -> None:
     from llome_jax.metrics import regret, round_metrics
 
