@@ -126,3 +126,70 @@ def test_cli_writes_the_table_plot_and_csvs(runs: pathlib.Path, capsys):
         assert len(list(csv.DictReader(stream))) == 3 + 3 + 3 + 2
     assert (out / "compare.png").stat().st_size > 1000
     assert main(["compare", str(runs / "marge_s0"), "--budget", "0"]) == 2
+
+
+def test_cli_curves_csv_holds_every_round_of_every_run(runs: pathlib.Path):
+    """``curves.csv``: one row per round of each run, in the order the runs were given (a glob
+    sorted), with the round's own ``num_evaluations`` and ``min_regret`` (no running minimum:
+    marge_s1's last round repeats 0.7), as written in the fixture above."""
+    out = runs / "cmp"
+    assert main(["compare", str(runs / "marge_s*"), f"GA={runs / 'ga_s0'}", "--out", str(out)]) == 0
+    with open(out / "curves.csv", newline="") as stream:
+        rows = list(csv.reader(stream))
+    s0, s1, s2, ga = (str(runs / name) for name in ("marge_s0", "marge_s1", "marge_s2", "ga_s0"))
+    assert rows == [
+        ["method", "run", "num_evaluations", "min_regret"],
+        ["LLOME-MargE", s0, "10000", "0.9"],
+        ["LLOME-MargE", s0, "12000", "0.8"],
+        ["LLOME-MargE", s0, "14000", "0.5"],
+        ["LLOME-MargE", s1, "10000", "0.95"],
+        ["LLOME-MargE", s1, "12000", "0.7"],
+        ["LLOME-MargE", s1, "13500", "0.7"],
+        ["LLOME-MargE", s2, "11000", "0.9"],
+        ["LLOME-MargE", s2, "13000", "0.6"],
+        ["LLOME-MargE", s2, "15000", "0.2"],
+        ["GA", ga, "10000", "0.97"],
+        ["GA", ga, "16000", "0.96"],
+    ]
+
+
+def test_cli_curves_csv_by_best_value_without_regret(tmp_path: pathlib.Path):
+    """A run without a known optimum: the column is ``best_value`` (1 - regret here, 0 where the
+    regret is unknown, as ``_run_dir`` writes it)."""
+    _run_dir(tmp_path, "a", MARGE, [(100, 0.5), (200, 0.25)])
+    _run_dir(tmp_path, "b", {"optimizer": "ga"}, [(100, 0.75), (200, None)])
+    out = tmp_path / "cmp"
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)]) == 0
+    with open(out / "curves.csv", newline="") as stream:
+        rows = list(csv.reader(stream))
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    assert rows == [
+        ["method", "run", "num_evaluations", "best_value"],
+        ["LLOME-MargE", a, "100", "0.5"],
+        ["LLOME-MargE", a, "200", "0.75"],
+        ["GA", b, "100", "0.25"],
+        ["GA", b, "200", "0.0"],
+    ]
+
+
+def test_cli_allow_mixed(runs: pathlib.Path, tmp_path: pathlib.Path, capsys):
+    """Runs on two instances of f2: refused by the command (exit 2, the reason on stderr, nothing
+    written), compared with ``--allow-mixed`` (both problems named, one row per method)."""
+    _run_dir(tmp_path, "other", {"optimizer": "ga", "instance_seed": 3}, [(10000, 0.5)])
+    args = ["compare", str(runs / "ga_s0"), f"Other={tmp_path / 'other'}"]
+    out = tmp_path / "cmp"
+    assert main([*args, "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert "different problems (f2; f2 (instance seed 3))" in captured.err
+    assert "--allow-mixed" in captured.err and captured.out == "" and not out.exists()
+
+    assert main([*args, "--allow-mixed", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "min regret on f2; f2 (instance seed 3) (2 runs)"
+    # common budget 10,000 labels: the GA's first round (0.97), the other run's only one (0.5)
+    assert printed[3:5] == [
+        "| GA | 10000 | 1 of 1 | 0.9700 | 0.9700 | 0.9700 | 0 |",
+        "| Other | 10000 | 1 of 1 | 0.5000 | 0.5000 | 0.5000 | 0 |",
+    ]
+    with open(out / "curves.csv", newline="") as stream:
+        assert [r[0] for r in csv.reader(stream)] == ["method", "GA", "GA", "Other"]
