@@ -561,7 +561,8 @@ class LossSpec:
       uses_reference: it reads the reference log-probs (else a round skips computing them).
       kl_weighted: ``LoopConfig.kl_weight`` overrides its ``kl_weight`` and ``reward_beta`` its
         ``beta`` (the KL-regularised reward losses, MargE and REINFORCE).
-      weight_norm: ``LoopConfig.marge_weight_norm`` sets its ``weights_sum_to_one``.
+      weight_norm: ``LoopConfig.marge_weight_norm`` sets its ``weights_sum_to_one`` (MargE and
+        REINFORCE: the appendix's self-normalised ``w~`` is one definition for both).
     """
 
     name: str
@@ -690,5 +691,8 @@ register_loss(
         reinforce_loss,
         LossParams(beta=1.0, kl_weight=10.0, self_normalize=1.0, stop_weight_gradient=1.0),
         kl_weighted=True,
+        # the same w~ as MargE: "For both MargE and REINFORCE, we applied self-normalization"
+        # (appendix "Self-Normalization"), so ``marge_weight_norm`` sets both
+        weight_norm=True,
     )
 )

@@ -259,6 +259,46 @@ def test_marge_weight_normalisation_by_hand(norm):
     np.testing.assert_allclose(np.asarray(grad), grad_hand, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("norm", ["sum", "mean"])
+def test_reinforce_follows_marge_weight_norm_by_hand(norm):
+    """REINFORCE's ``w~`` follows ``finetune.marge_weight_norm`` as MargE's does (the appendix:
+    "For both MargE and REINFORCE, we applied self-normalization"), on a 3-example batch by hand.
+
+    ``L = (1/3) sum_i [w~_i (-r_i l_i) - lam lbar_i]``; "sum": ``w~_i = s_i = w_i / sum_j w_j``,
+    "mean": ``w~_i = 3 s_i``. The weights are detached (REINFORCE's ``stop_weight_gradient = 1``),
+    so ``dL/dl_k = (1/3) [-m s_k r_k - lam / n_k]`` (``m`` = 1 or 3). The hyper-parameters come
+    from ``finetune.loss_params`` of a configuration, the path a LLOME round takes.
+    """
+    from llome_jax.llome import finetune
+    from llome_jax.llome.presets import preset
+
+    cfg = preset("smoke").replace(**{"finetune.marge_weight_norm": norm})
+    hp = finetune.loss_params(cfg, "reinforce")
+    assert float(hp.weights_sum_to_one) == float(
+        finetune.loss_params(cfg, "marge").weights_sum_to_one
+    )
+    l = [-4.0, -6.0, -3.0]
+    l_ref = [-4.5, -5.0, -3.5]
+    n = [4.0, 6.0, 3.0]
+    r = [0.25, 0.0, 0.5]
+    lam = float(hp.kl_weight)
+    assert lam == 10.0 and float(hp.beta) == 1.0 and float(hp.stop_weight_gradient) == 1.0
+    m = 1.0 if norm == "sum" else 3.0
+    w = [math.exp(l[i] - l_ref[i]) for i in range(3)]
+    s = [w[i] / (w[0] + w[1] + w[2]) for i in range(3)]
+    loss_hand = sum(m * s[i] * (-r[i] * l[i]) - lam * l[i] / n[i] for i in range(3)) / 3
+    grad_hand = [(-m * s[k] * r[k] - lam / n[k]) / 3 for k in range(3)]
+    batch = LossBatch.create(reward=jnp.asarray(r), weight=jnp.ones(3))
+
+    def total(sum_logp):
+        per_unit, _ = reinforce_loss(_lp(sum_logp, n), _lp(jnp.asarray(l_ref), n), batch, hp)
+        return per_unit.mean()
+
+    value, grad = jax.value_and_grad(total)(jnp.asarray(l, jnp.float32))
+    np.testing.assert_allclose(float(value), loss_hand, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(grad), grad_hand, rtol=1e-5, atol=1e-7)
+
+
 def test_stop_weight_gradient_switch():
     """With detached weights the omega-dependence of the gradient disappears (values unchanged)."""
     batch = _batch(weight=np.ones(4))
