@@ -285,6 +285,102 @@ def test_an_earlier_passing_checkpoint_is_returned(monkeypatch: pytest.MonkeyPat
     assert _differs(params, seen.params[-1])  # the last step's params were not kept
 
 
+def _validation_losses(cfg: Any, params_list: list[Any], data: dict[str, Any], units: Any) -> Any:
+    """SFT validation loss of each candidate's params, by hand: the model called directly, a
+    float64 log-softmax, and the mean over ``units`` of the per-token NLL of the target (every
+    target has the same length here, so pooled tokens and per-unit means coincide)."""
+    from llome_jax.llome.runtime import model_with
+
+    ids, tmask, amask = (np.asarray(data[k][0])[units] for k in ("ids", "tmask", "amask"))
+    counts = tmask[:, 1:].sum(1)
+    assert np.all(counts == counts[0]) and np.all(amask == 1)  # fixed width, no padding
+    positions = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
+    losses = []
+    for params in params_list:
+        model = model_with(_runtime(cfg).model, params)
+        logits = np.asarray(model(ids, attention_mask=amask, position_ids=positions), np.float64)
+        top = logits.max(-1, keepdims=True)
+        logp = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+        picked = np.take_along_axis(logp[:, :-1], ids[:, 1:, None], axis=-1)[..., 0]
+        losses.append(float(np.mean(-(picked * tmask[:, 1:]).sum(1) / counts)))
+    return np.asarray(losses)
+
+
+@pytest.mark.slow
+def test_lowest_validation_loss_among_passing_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three of four candidates pass the gate: the kept one has the lowest validation loss among
+    them (not the first passing, not the lowest of all), each loss being the SFT loss of that
+    candidate's params on the held-out units, recomputed by hand. The held-out units are never
+    trained on, and they are the gate's prompts."""
+    cfg, state, data = _setup("sft", selection_losses=("sft",), max_train_examples=128)
+    splits: list[tuple[np.ndarray, np.ndarray]] = []
+    real_split = selection.split_units
+
+    def recording_split(key: Any, n: int) -> Any:
+        split = real_split(key, n)
+        splits.append(split)
+        return split
+
+    trained_rows: list[np.ndarray] = []
+    real_step = finetune.train_step
+
+    def recording_train_step(*args: Any) -> Any:
+        step = real_step(*args)
+
+        def recorded(train_state: Any, batch: Any, hparams: Any) -> Any:
+            real = np.asarray(batch.loss.weight) > 0  # padding rows repeat a unit, weight 0
+            trained_rows.append(np.asarray(batch.input_ids)[real])
+            return step(train_state, batch, hparams)
+
+        return recorded
+
+    prompts_seen: list[np.ndarray] = []
+    gate = _recording_gate(seen := Seen(), [OK, OK, OK, BAD])
+
+    def recording_gate(model: Any, codec: Any, fn: Any, prompts: Any, **kwargs: Any) -> Any:
+        prompts_seen.append(np.asarray(prompts))
+        return gate(model, codec, fn, prompts, **kwargs)
+
+    monkeypatch.setattr(selection, "split_units", recording_split)
+    monkeypatch.setattr(finetune, "train_step", recording_train_step)
+    monkeypatch.setattr(selection, "greedy_gate", recording_gate)
+    params, _, _, info = finetune.train(
+        jax.random.key(2), _runtime(cfg), cfg, "sft", data, state.params, False
+    )
+
+    # 128 pairs: 121 train (4 steps x 4 epochs), 7 validate; candidates at steps 4, 8, 12, 16.
+    ((train_units, val_units),) = splits
+    assert (len(train_units), len(val_units), info["num_val_units"]) == (121, 7, 7)
+    steps = [row[0] for row in info["selection_history"]]
+    assert steps == [4, 8, 12, 16] and len(seen.params) == 4
+    # The held-out units are never trained on; every training unit is.
+    ids = np.asarray(data["ids"][0])
+    trained = {row.tobytes() for rows in trained_rows for row in rows}
+    assert trained == {ids[u].tobytes() for u in train_units}
+    assert not trained & {ids[u].tobytes() for u in val_units}
+    # The gate's prompts are the held-out inputs x, read off their tokens by hand
+    # ("<inc> [ x0 , x1 , ... ] \n": state s is token 8 + s at positions 2, 4, ..., 2L).
+    length = _runtime(cfg).codec.length
+    held_out_x = ids[val_units][:, 2 : 2 * length + 1 : 2] - 8
+    assert len(prompts_seen) == 4
+    for prompts in prompts_seen:
+        np.testing.assert_array_equal(prompts, held_out_x)
+
+    # The recorded validation losses are the held-out SFT losses of each candidate's params.
+    expected = _validation_losses(cfg, seen.params, data, val_units)
+    recorded = np.asarray([row[1] for row in info["selection_history"]])
+    np.testing.assert_allclose(recorded, expected, rtol=1e-5)
+    # The kept checkpoint: the lowest of the three passing ones, which is neither the first
+    # passing candidate nor the lowest of all (the 4th, failing the gate, is lower still).
+    passing = expected[:3]
+    k = int(np.argmin(passing))
+    assert k != 0 and expected[3] < passing[k]
+    assert np.sort(passing)[1] - passing[k] > 1e-3 * passing[k]  # no near-tie at 1e-5
+    assert info["selected_step"] == steps[k] and info["selection_passed"] is True
+    assert info["val_loss"] == recorded[k]
+    _assert_same(params, seen.params[k])
+
+
 @pytest.mark.slow
 def test_unreachable_gate_keeps_the_last_params(monkeypatch: pytest.MonkeyPatch) -> None:
     """MargE with threshold 1.0 and generations that are 15/16 feasible at best: nothing passes,
