@@ -360,6 +360,72 @@ def test_training_data_latest_or_cumulative(
     assert len(archive) > len(latest)
 
 
+@pytest.mark.parametrize(
+    ("exclude_labelled", "hd", "reset", "grid"),
+    [(True, 0.09, False, (1.2, 1.6)), (False, 0.05, False, (1.4, 1.8)), (True, 0.05, True, None)],
+    ids=["hd-0.09", "hd-0.05-labelled-allowed", "phase-reset"],
+)
+def test_round_temperatures_and_novel_candidates(
+    smoke_run: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    exclude_labelled: bool,
+    hd: float,
+    reset: bool,
+    grid: tuple[float, float] | None,
+) -> None:
+    """Round 2 from the state after round 1 with its ``mean_hamming`` set to ``hd`` (training
+    frozen: the round-1 policy refines). The smoke grid (0.8, 1.2) moves by +0.4 for
+    0.075 <= hd < 0.1 and +0.6 for hd < 0.075, unless the phase changes (SFT -> MargE) with
+    ``reset_temperature_at_phase``. ``num_novel`` counts the round's unique candidates that are
+    not in the archive, ``frac_novel`` divides by ``num_unique`` (both Filter settings)."""
+    from llome_jax.llome import refine
+
+    cfg = preset(
+        "smoke",
+        schedule=(("sft", 1), ("marge", 1)),
+        rounds=2,
+        exclude_labelled=exclude_labelled,
+        reset_temperature_at_phase=reset,
+    )
+    with CheckpointManager(smoke_run / "checkpoints") as manager:  # the state after round 1
+        state = llome_state._state_from_checkpoint(
+            *manager.restore(1, abstract_state(_runtime(cfg), cfg, 1))
+        )
+    state = dataclasses.replace(state, mean_hamming=jnp.asarray(hd, jnp.float32))
+
+    def frozen(key, rt, cfg_, loss, data, params, *args, **kwargs):
+        return params, state.opt_state, 0.0, {"train_steps": 0, "learning_rate": 0.0}
+
+    grids: list[tuple[float, ...]] = []
+    real_refine = refine.iterative_refinement
+
+    def refine_spy(key, policy, codec, fn, seeds, temperatures, *args, **kwargs):
+        grids.append(tuple(temperatures))
+        return real_refine(key, policy, codec, fn, seeds, temperatures, *args, **kwargs)
+
+    monkeypatch.setattr(finetune, "train", frozen)
+    monkeypatch.setattr(refine, "iterative_refinement", refine_spy)
+    logs: list[dict[str, Any]] = []
+    new_state, metrics = llome_round(state, _runtime(cfg), cfg, on_candidates=logs.append)
+
+    offset = {(1.2, 1.6): 0.4, (1.4, 1.8): 0.6, None: 0.0}[grid]
+    assert grids == [grid or (0.8, 1.2)]
+    assert metrics["temperature_offset"] == offset
+    assert float(new_state.temperature_offset) == pytest.approx(offset)
+    (log,) = logs  # every sampled candidate carries one of the grid's temperatures (0: greedy)
+    assert set(np.unique(log["temperature"]).tolist()) == set(
+        np.float32([0.0, *(grid or (0.8, 1.2))]).tolist()
+    )
+
+    labelled = {row.tobytes() for row in np.asarray(state.archive_sequences, np.int32)}
+    candidates = np.asarray(log["sequences"], np.int32)
+    novel = sum(row.tobytes() not in labelled for row in candidates)
+    assert 0 < novel < len(candidates)  # some candidates repeat labelled sequences (seeds)
+    assert metrics["num_unique"] == len(candidates)
+    assert metrics["num_novel"] == novel
+    assert metrics["frac_novel"] == novel / len(candidates)
+
+
 def test_schedule_parsing() -> None:
     assert loop.parse_schedule("sft:1,marge:9") == (("sft", 1), ("marge", 9))
     assert loop.parse_schedule(" SFT:2 , dpo:1 ") == (("sft", 2), ("dpo", 1))
