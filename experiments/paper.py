@@ -19,8 +19,14 @@ candidates (``candidates/round_NNNN.npz``, ``llome.loop.run(log_candidates=True)
 calibration, refinement and selection figures.
 The figures are then computed from the run directories only, so ``--report-only`` redraws them
 and a second invocation writes byte-identical CSVs. Per figure: ``OUT/<figure>.png`` and
-``OUT/<figure>.csv``; ``OUT/report.md`` puts the paper's claim (quoted from ``paper.tex``) beside
-our numbers with a verdict (agree / disagree / inconclusive at this scale).
+``OUT/<figure>.csv``; ``OUT/report.md`` puts the paper's claims (quoted from ``paper.tex``) beside
+our numbers, with one verdict per sub-claim (agree / disagree / not comparable / inconclusive),
+each from its function in ``experiments/verdicts.py`` (the only place verdicts come from; this
+module measures), and the label accounting of every figure's runs (``accounting`` of each run's
+``config.json``: ``pay_once`` or ``every_evaluation``, the paper's; a ``config.json`` without it
+was written before the setting existed, when every evaluation was paid). Budgets are counted in
+labels after round 0 (the GA seed data every method of a seed shares), so that both accountings
+compare like with like: the paper's 30K is its 10K GA labels + 20K.
 
 Scales: ``smoke`` (the LLOME and LaMBO-2 ``smoke`` presets on the paper's instances, 1 seed, a
 pipeline check: its numbers say nothing about the paper) and ``cpu`` (the tuned ``cpu`` presets:
@@ -34,6 +40,7 @@ import argparse
 import csv
 import dataclasses
 import fnmatch
+import functools
 import io
 import json
 import math
@@ -42,12 +49,15 @@ import pathlib
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import verdicts as vd  # noqa: E402  (experiments/verdicts.py: every verdict of the report)
+from verdicts import Verdict  # noqa: E402
 
 # ------------------------------------------------------------------------------------------
 # Methods, figures, scales
@@ -481,11 +491,12 @@ def _at(x: Sequence[int], y: Sequence[float], budget: float) -> float:
     return min(within) if within else float("nan")
 
 
-def _summary(curves: dict[str, list], budget: float) -> dict[str, dict[str, float]]:
-    """method -> median / min / max over seeds of the min regret at ``budget``, and seeds."""
+def _summary(curves: dict[str, list], after: float) -> dict[str, dict[str, float]]:
+    """method -> median / min / max over seeds of the min regret ``after`` labels past round 0
+    (each run's first point, its round 0, plus ``after``), and seeds."""
     out = {}
     for method, runs in curves.items():
-        finals = np.array([_at(x, y, budget) for x, y in runs], np.float64)
+        finals = np.array([_at(x, y, x[0] + after) for x, y in runs], np.float64)
         finals = finals[~np.isnan(finals)]
         if finals.size:
             out[method] = {
@@ -495,6 +506,11 @@ def _summary(curves: dict[str, list], budget: float) -> dict[str, dict[str, floa
                 "seeds": int(finals.size),
             }
     return out
+
+
+def _finals(curves: dict[str, list], after: float) -> dict[str, list[float]]:
+    """method -> each run's min regret ``after`` labels past round 0."""
+    return {m: [_at(x, y, x[0] + after) for x, y in runs] for m, runs in curves.items()}
 
 
 def _plot_curves(
@@ -520,17 +536,30 @@ def _plot_curves(
     _save(figure, path)
 
 
-def _spearman(x: np.ndarray, y: np.ndarray) -> float:
-    if x.size < 3:
-        return float("nan")
-    from scipy.stats import spearmanr
+def _accounting(path: pathlib.Path) -> str:
+    """The run's label accounting (``config.json``'s ``accounting``); a ``config.json`` without
+    it was written before the setting existed, when every evaluation was paid."""
+    file = path / "config.json"
+    config = json.loads(file.read_text()) if file.exists() else {}
+    return str(config.get("accounting", "every_evaluation"))
 
-    rho = spearmanr(x, y).statistic
-    return float(rho)
+
+#: what each label accounting means, for the report
+ACCOUNTING_TEXT = {
+    "pay_once": "each distinct sequence paid once",
+    "every_evaluation": "the paper's: every evaluation paid, the GA pre-solver's included",
+}
+
+
+def _quantization(function: str) -> int:
+    from llome_jax import ehrlich
+
+    config = ehrlich.resolve_function(function).config
+    return int(config.quantization or config.motif_length)
 
 
 # ------------------------------------------------------------------------------------------
-# Figures: each returns (markdown section body, verdict)
+# Figures: each returns (markdown section body, its verdicts: one per sub-claim)
 # ------------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class Context:
@@ -541,6 +570,8 @@ class Context:
     runs: dict[RunSpec, list[dict]]
     #: a finished run's ``done.json`` stop reason ("" when none was recorded)
     stop_reasons: dict[RunSpec, str] = dataclasses.field(default_factory=dict)
+    #: a finished run's label accounting (:func:`_accounting`)
+    accountings: dict[RunSpec, str] = dataclasses.field(default_factory=dict)
 
     def select(
         self,
@@ -556,14 +587,29 @@ class Context:
             and (methods is None or s.method in methods)
         }
 
-    @property
-    def budget(self) -> int:
+    @functools.cached_property
+    def labels_per_round(self) -> int:
+        """``j``, the labels an LLOME or LaMBO-2 round pays at most."""
         from llome_jax.llome.presets import preset
 
-        cfg = preset(self.scale.llome_preset, **dict(self.scale.llome_overrides))
-        return (
-            cfg.ga_generations * cfg.ga.num_particles + self.scale.rounds * cfg.filter.num_selected
+        return int(
+            preset(self.scale.llome_preset, **dict(self.scale.llome_overrides)).filter.num_selected
         )
+
+    @property
+    def budget(self) -> int:
+        """Labels after round 0 every run may pay: ``rounds x j`` (20,000 at cpu scale: the
+        paper's 30K minus its 10K GA labels). Summaries take each run's min regret at its own
+        round-0 labels plus this, so both accountings compare like with like."""
+        return self.scale.rounds * self.labels_per_round
+
+    def accounting(self, specs: Collection[RunSpec]) -> list[str]:
+        """The label accounting of each of ``specs`` (finished runs)."""
+        return [self.accountings.get(s, "every_evaluation") for s in specs]
+
+    def check(self, verdict: Verdict, specs: Collection[RunSpec]) -> Verdict:
+        """A budget verdict holds only when its runs count labels alike."""
+        return vd.comparable_accounting(verdict, self.accounting(specs))
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -572,35 +618,19 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def _verdict_best(summary: dict[str, dict], method: str, min_seeds: int = 3) -> tuple[str, str]:
-    """Is ``method`` the lowest median min regret? agree / disagree with >= ``min_seeds``."""
-    if method not in summary or len(summary) < 2:
-        return "inconclusive at this scale", f"{method} or its competitors have no results"
-    best = min(s["median"] for s in summary.values())
-    if (seeds := min(s["seeds"] for s in summary.values())) < min_seeds:
-        leaders = sorted(m for m, s in summary.items() if s["median"] <= best)
-        return "inconclusive at this scale", (
-            f"fewer than {min_seeds} seeds per method; lowest median {best:.3f}: "
-            f"{', '.join(leaders)} (some methods {seeds} seed{'s' if seeds > 1 else ''})"
-        )
-    if summary[method]["median"] <= best:
-        tied = sorted(m for m, s in summary.items() if m != method and s["median"] <= best)
-        if tied:  # a shared lowest median does not show that ``method`` is the best
-            return "inconclusive at this scale", (
-                f"{method} shares the lowest median {best:.3f} with {', '.join(tied)}"
-            )
-        return "agree", f"{method} has the lowest median"
-    return "disagree", f"{method}'s median {summary[method]['median']:.3f} > best {best:.3f}"
-
-
 #: The method the paper names best on a function ("On f2 LLOME-MargE performs the best, whereas
 #: LaMBO-2 performs the best on f3").
 PAPER_BEST_METHOD = {"f2": "LLOME-MargE", "f3": "LaMBO-2"}
+#: The paper's very easy / very difficult functions ("all methods perform comparably") and its
+#: medium ones ("LLOME-MargE and LaMBO-2 outperform other methods").
+EASY_OR_HARD = ("f1", "f4")
+MEDIUM = ("f2", "f3")
 
 
-def figure_solver(ctx: Context) -> tuple[str, str]:
+def figure_solver(ctx: Context) -> tuple[str, list[Verdict]]:
     rows, panels, text = [], {}, []
-    verdicts, stops = [], []
+    verdicts: list[Verdict] = []
+    stops = []
     for function in ctx.scale.functions:
         selected = ctx.select("solver", function)
         curves = _curves(selected)
@@ -610,139 +640,216 @@ def figure_solver(ctx: Context) -> tuple[str, str]:
         summary = _summary(curves, ctx.budget)
         for method, s in summary.items():
             rows.append([function, method, s["seeds"], ctx.budget, s["median"], s["min"], s["max"]])
+        found = []
+        if function in EASY_OR_HARD:
+            found.append(vd.solver_all_comparable(function, summary))
+        if function in MEDIUM:
+            found.append(vd.solver_medium_pair_outperforms(function, summary))
         if method := PAPER_BEST_METHOD.get(function):
-            verdict, why = _verdict_best(summary, method)
-            verdicts.append((verdict, f"{function}: {why}"))
-        if function in ("f1", "f4") and summary:
-            spread = max(s["median"] for s in summary.values()) - min(
-                s["median"] for s in summary.values()
-            )
-            seeds = min(s["seeds"] for s in summary.values())
-            v = (
-                "inconclusive at this scale"
-                if seeds < 3
-                else ("agree" if spread <= 0.1 else "disagree")
-            )
-            few = f"; fewer than 3 seeds per method ({seeds})" if seeds < 3 else ""
-            verdicts.append(
-                (v, f"{function}: spread of medians {spread:.3f} (comparable if <= 0.1){few}")
-            )
+            found.append(vd.solver_best(function, method, summary))
+        verdicts += [ctx.check(v, selected) for v in found]
     _plot_curves(ctx.out / "solver.png", panels)
-    header = ["function", "method", "seeds", "budget", "median_min_regret", "min", "max"]
+    header = [
+        "function",
+        "method",
+        "seeds",
+        "labels_after_round_0",
+        "median_min_regret",
+        "min",
+        "max",
+    ]
     _write_csv(ctx.out / "solver.csv", header, rows)
     text.append(_table(header, rows))
     if stops:  # their last min regret counts at the budget
         text.append("Runs that stopped before their budget: " + "; ".join(stops) + ".")
-    text.append("Verdicts: " + "; ".join(f"{v} ({why})" for v, why in verdicts))
-    overall = _combine([v for v, _ in verdicts])
-    return "\n\n".join(text), overall
+    return "\n\n".join(text), verdicts
 
 
-def _combine(verdicts: Sequence[str]) -> str:
-    if not verdicts or any(v.startswith("inconclusive") for v in verdicts):
-        return "inconclusive at this scale"
-    return "agree" if all(v == "agree" for v in verdicts) else "disagree"
+def _diversity_values(
+    ctx: Context, spec: RunSpec, records: list[dict]
+) -> tuple[list[list[Any]], str]:
+    """Per round >= 1: ``[round, num_evaluations, frac_unique, frac_feasible]`` measured on what
+    the method generated or proposed before any filter, and what that is. ``None`` where the run
+    did not record it so (``verdicts.diversity_lambo2_most_unique``)."""
+    later = [r for r in records if r["round"] >= 1]
+
+    def finite(x: Any) -> float | None:
+        return None if x is None or not math.isfinite(float(x)) else float(x)
+
+    if spec.kind == "llome":  # before the Filter: the candidate log's feasibility
+        logs = {int(log["round"]): log for log in _candidates(ctx.out / "runs" / spec.name)}
+        rows = []
+        for r in later:
+            log = logs.get(int(r["round"]))
+            if log is not None and log["feasible"].size:
+                feasible = float(np.mean(log["feasible"]))
+            else:
+                feasible = finite(r.get("frac_feasible_generated"))
+            rows.append([r["round"], r["num_evaluations"], finite(r.get("frac_unique")), feasible])
+        return rows, "generated before the Filter (unique valid / all outputs; log's feasible)"
+    if spec.kind == "ga":
+        rows = [
+            [r["round"], r["num_evaluations"]]
+            + (
+                [None, None]  # recorded before num_proposals: over the de-duplicated archive
+                if r.get("num_proposals") is None
+                else [finite(r.get("frac_unique")), finite(r.get("frac_feasible"))]
+            )
+            for r in later
+        ]
+        return rows, "its proposals (all particles of the round)"
+    rows = [
+        [
+            r["round"],
+            r["num_evaluations"],
+            finite(r.get("frac_unique")),
+            finite(r.get("frac_feasible")),
+        ]
+        for r in later
+    ]
+    return rows, "its proposals (j a round)"
 
 
-def figure_diversity(ctx: Context) -> tuple[str, str]:
+def _run_mean(values: Sequence[float | None]) -> float | None:
+    """The mean over a run's rounds; ``None`` if a round's value is missing or unlike."""
+    if not values or any(v is None for v in values):
+        return None
+    return float(np.mean([float(v) for v in values if v is not None]))
+
+
+def figure_diversity(ctx: Context) -> tuple[str, list[Verdict]]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows, stats = [], {}
+    rows = []
+    unique: dict[str, list[float | None]] = {}
+    feasible: dict[str, list[float | None]] = {}
+    series: dict[str, tuple[list, list]] = {}
+    measured_on: dict[str, str] = {}
     figure, axes = plt.subplots(1, 2, figsize=(9, 3.4), dpi=100)
     for spec, records in sorted(ctx.select("diversity", "f2").items(), key=lambda kv: kv[0].name):
-        later = [r for r in records if r["round"] >= 1]
-        for r in later:
-            rows.append(
-                [
-                    spec.method,
-                    spec.seed,
-                    r["round"],
-                    r["num_evaluations"],
-                    r.get("frac_unique"),
-                    r.get("frac_feasible"),
-                ]
-            )
-        u = [r["frac_unique"] for r in later if r.get("frac_unique") is not None]
-        f = [r["frac_feasible"] for r in later if r.get("frac_feasible") is not None]
-        stats.setdefault(spec.method, ([], [], 0))
-        su, sf, n = stats[spec.method]
-        stats[spec.method] = (su + u, sf + f, n + 1)
-        x = [r["num_evaluations"] for r in later]
-        axes[0].plot(
-            x,
-            [r.get("frac_unique") for r in later],
-            marker="o",
-            label=f"{spec.method} s{spec.seed}",
-        )
-        axes[1].plot(
-            x,
-            [r.get("frac_feasible") for r in later],
-            marker="o",
-            label=f"{spec.method} s{spec.seed}",
-        )
-    for axis, title in zip(axes, ("fraction unique", "fraction feasible")):
+        values, measured_on[spec.method] = _diversity_values(ctx, spec, records)
+        rows += [[spec.method, spec.seed, *v, measured_on[spec.method]] for v in values]
+        u, f = [v[2] for v in values], [v[3] for v in values]
+        unique.setdefault(spec.method, []).append(_run_mean(u))
+        feasible.setdefault(spec.method, []).append(_run_mean(f))
+        su, sf = series.setdefault(spec.method, ([], []))
+        su.append(u)
+        sf.append(f)
+        x = [v[1] for v in values]
+        label = f"{spec.method} s{spec.seed}"
+        axes[0].plot(x, [np.nan if v is None else v for v in u], marker="o", label=label)
+        axes[1].plot(x, [np.nan if v is None else v for v in f], marker="o", label=label)
+    for axis, title in zip(axes, ("fraction unique", "fraction feasible (before any filter)")):
         axis.set_title(title, fontsize=9)
         axis.set_xlabel("oracle labels")
         axis.grid(alpha=0.3)
     axes[0].legend(fontsize=6)
     _save(figure, ctx.out / "diversity.png")
-    header = ["method", "seed", "round", "num_evaluations", "frac_unique", "frac_feasible"]
-    _write_csv(ctx.out / "diversity.csv", header, rows)
-    table = [
-        [m, n, float(np.mean(u)) if u else None, float(np.mean(f)) if f else None]
-        for m, (u, f, n) in sorted(stats.items())
+    header = [
+        "method",
+        "seed",
+        "round",
+        "num_evaluations",
+        "frac_unique",
+        "frac_feasible",
+        "measured_on",
     ]
-    verdict = "inconclusive at this scale"
-    why = "LaMBO-2 or an LLOME method missing"
-    means = {m: (u, f) for m, _, u, f in table if u is not None and f is not None}
-    if "LaMBO-2" in means and len(means) > 1:
-        if min(n for _, n, _, _ in table) < 3:
-            why = "fewer than 3 seeds per method"
-        else:
-            top_u = max(means, key=lambda m: means[m][0])
-            top_f = max(means, key=lambda m: means[m][1])
-            verdict = "agree" if top_u == top_f == "LaMBO-2" else "disagree"
-            why = f"most unique: {top_u}, most feasible: {top_f}"
-    body = _table(["method", "runs", "mean frac_unique (rounds >= 1)", "mean frac_feasible"], table)
-    return body + f"\n\nVerdict basis: {why}.", verdict
+    _write_csv(ctx.out / "diversity.csv", header, rows)
+
+    def median(runs: list[float | None]) -> float | None:
+        return None if any(v is None for v in runs) else float(np.median(runs))
+
+    table = [
+        [m, len(unique[m]), median(unique[m]), median(feasible[m]), measured_on[m]]
+        for m in sorted(unique)
+    ]
+    dpo_u, dpo_f = series.get("LLOME-DPO", ([], []))
+    verdicts = [
+        vd.diversity_lambo2_most_unique(unique),
+        vd.diversity_lambo2_most_feasible(feasible),
+        *(
+            vd.diversity_more_unique_than_ga(m, unique)
+            for m in ("LaMBO-2", "LLOME-MargE", "LLOME-SFT")
+        ),
+        vd.diversity_dpo_does_not_improve(dpo_u, dpo_f),
+    ]
+    body = _table(
+        [
+            "method",
+            "runs",
+            "median frac_unique (mean of rounds >= 1)",
+            "median frac_feasible",
+            "measured on",
+        ],
+        table,
+    )
+    note = (
+        "LLOME is measured on what it generated, before the Filter (whose infeasible cap sets "
+        "the labelled rows' feasibility); the GA and LaMBO-2 on what they proposed. n/a: the "
+        "run did not record it that way (a GA run recorded before `num_proposals` measured "
+        "uniqueness on its de-duplicated archive, 1.0 by construction)."
+    )
+    return body + "\n\n" + note, verdicts
 
 
-def _calibration_rows(
-    ctx: Context, specs: dict[RunSpec, list[dict]], bins: int = 5
-) -> tuple[list, dict]:
-    """Per method: likelihood-quantile bins of every logged candidate (all rounds) with the mean
-    regret in each bin, and Spearman's rho(likelihood, regret)."""
+def _logged(
+    ctx: Context, specs: Collection[RunSpec], label: Callable[[RunSpec], str] = lambda s: s.method
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """label -> (likelihood ``exp(mean raw log-prob)``, ``f``) of every logged candidate of the
+    runs (all rounds); a label without a candidate log is absent."""
     pooled: dict[str, tuple[list, list]] = {}
     for spec in sorted(specs, key=lambda s: s.name):
         for log in _candidates(ctx.out / "runs" / spec.name):
-            lik, reg = pooled.setdefault(spec.method, ([], []))
+            lik, val = pooled.setdefault(label(spec), ([], []))
             lik.append(np.exp(log["log_likelihood_raw"].astype(np.float64)))
-            reg.append(_regret(log["values"]))
-    rows, rho = [], {}
-    for method, (lik, reg) in pooled.items():
-        lik_all, reg_all = np.concatenate(lik), np.concatenate(reg)
-        rho[method] = (_spearman(lik_all, reg_all), int(lik_all.size))
-        if lik_all.size == 0:
+            val.append(log["values"].astype(np.float64))
+    return {k: (np.concatenate(lik), np.concatenate(val)) for k, (lik, val) in pooled.items()}
+
+
+def _calibration_rows(logged: dict[str, tuple[np.ndarray, np.ndarray]], bins: int = 5) -> list:
+    """Per label: likelihood-quantile bins of every logged candidate with the bin's mean
+    likelihood, feasible fraction, mean and min regret of its feasible candidates and counts."""
+    rows = []
+    for label, (lik, val) in logged.items():
+        if lik.size == 0:
             continue
-        edges = np.quantile(lik_all, np.linspace(0, 1, bins + 1))
-        which = np.clip(np.searchsorted(edges, lik_all, side="right") - 1, 0, bins - 1)
+        feasible = np.isfinite(val)
+        edges = np.quantile(lik, np.linspace(0, 1, bins + 1))
+        which = np.clip(np.searchsorted(edges, lik, side="right") - 1, 0, bins - 1)
         for b in range(bins):
             mask = which == b
-            if mask.any():
-                rows.append(
-                    [
-                        method,
-                        b,
-                        float(lik_all[mask].mean()),
-                        float(reg_all[mask].mean()),
-                        float(reg_all[mask].min()),
-                        int(mask.sum()),
-                    ]
-                )
-    return rows, rho
+            if not mask.any():
+                continue
+            ok = mask & feasible
+            regret = 1.0 - val[ok]
+            rows.append(
+                [
+                    label,
+                    b,
+                    float(lik[mask].mean()),
+                    float(feasible[mask].mean()),
+                    float(regret.mean()) if regret.size else None,
+                    float(regret.min()) if regret.size else None,
+                    int(mask.sum()),
+                    int(ok.sum()),
+                ]
+            )
+    return rows
+
+
+CALIBRATION_HEADER = [
+    "method",
+    "bin",
+    "mean_likelihood",
+    "frac_feasible",
+    "mean_regret_feasible",
+    "min_regret_feasible",
+    "count",
+    "feasible",
+]
 
 
 def _plot_calibration(path: pathlib.Path, rows: list) -> None:
@@ -753,107 +860,129 @@ def _plot_calibration(path: pathlib.Path, rows: list) -> None:
 
     figure, axis = plt.subplots(figsize=(4.5, 3.4), dpi=100)
     for method in dict.fromkeys(r[0] for r in rows):
-        mine = [r for r in rows if r[0] == method]
-        axis.plot([r[2] for r in mine], [r[3] for r in mine], marker="o", label=method)
+        mine = [r for r in rows if r[0] == method and r[4] is not None]
+        axis.plot([r[2] for r in mine], [r[4] for r in mine], marker="o", label=method)
     axis.set_xlabel("likelihood exp(mean log-prob), bin mean")
-    axis.set_ylabel("mean regret")
+    axis.set_ylabel("mean regret of feasible candidates")
     axis.grid(alpha=0.3)
     if rows:
         axis.legend(fontsize=7)
     _save(figure, path)
 
 
-def _rho_verdict(
-    rho: dict[str, tuple[float, int]], methods: Sequence[str], min_n: int = 200
-) -> tuple[str, str]:
-    have = {m: rho[m] for m in methods if m in rho and not math.isnan(rho[m][0])}
-    if len(have) < len(methods):
-        missing = ", ".join(m for m in methods if m not in have)
-        return "inconclusive at this scale", f"no finished run with logged candidates: {missing}"
-    if min(n for _, n in have.values()) < min_n:
-        return "inconclusive at this scale", f"fewer than {min_n} logged candidates per method"
-    negative = all(r < 0 for r, _ in have.values())
-    return ("agree" if negative else "disagree"), ", ".join(
-        f"{m}: rho {r:.3f} over {n}" for m, (r, n) in have.items()
-    )
-
-
-def figure_calibration(ctx: Context) -> tuple[str, str]:
-    rows, rho = _calibration_rows(ctx, ctx.select("calibration", "f2"))
-    header = ["method", "bin", "mean_likelihood", "mean_regret", "min_regret", "count"]
-    _write_csv(ctx.out / "calibration.csv", header, rows)
+def figure_calibration(ctx: Context) -> tuple[str, list[Verdict]]:
+    logged = _logged(ctx, ctx.select("calibration", "f2"))
+    rows = _calibration_rows(logged)
+    _write_csv(ctx.out / "calibration.csv", CALIBRATION_HEADER, rows)
     _plot_calibration(ctx.out / "calibration.png", rows)
-    verdict, why = _rho_verdict(rho, ["LLOME-MargE", "LLOME-SFT"])
-    table = _table(
-        ["method", "Spearman rho(likelihood, regret)", "candidates"],
-        [[m, r, n] for m, (r, n) in sorted(rho.items())],
+    table, verdicts = [], []
+    for method in ("LLOME-MargE", "LLOME-SFT"):
+        lik, val = logged.get(method, (None, None))
+        if lik is not None:
+            rho, n = vd.spearman_feasible(lik, val)
+            rho_high, n_high = vd.spearman_feasible(lik, val, above=vd.HIGH_LIKELIHOOD)
+            table.append([method, int(lik.size), n, rho, n_high, rho_high])
+        verdicts += [
+            vd.calibration_higher_likelihood_lower_regret(method, lik, val),
+            vd.calibration_overconfident(method, lik, val),
+        ]
+    header = [
+        "method",
+        "candidates",
+        "feasible",
+        "Spearman rho(likelihood, regret), feasible",
+        f"feasible above likelihood {vd.HIGH_LIKELIHOOD}",
+        f"rho above {vd.HIGH_LIKELIHOOD}",
+    ]
+    return (
+        _table(header, table)
+        + "\n\n"
+        + _table(CALIBRATION_HEADER, rows)
+        + "\n\nRegret is over feasible candidates only (an infeasible one is not a regret of 1 "
+        "here: counted so, the correlation measured feasibility).",
+        verdicts,
     )
-    return table + "\n\n" + _table(
-        header, rows
-    ) + f"\n\nVerdict basis (higher likelihood, lower regret = rho < 0): {why}.", verdict
 
 
-def figure_sft_marge(ctx: Context) -> tuple[str, str]:
+def figure_sft_marge(ctx: Context) -> tuple[str, list[Verdict]]:
     specs = ctx.select("sft_marge", "f2")
-    label = {
-        s: (
-            sft_marge_label(1, ctx.scale.rounds)
-            if s.method == "LLOME-MargE"
-            else sft_marge_label(ctx.scale.rounds, ctx.scale.rounds)
-            if s.method == "LLOME-SFT"
-            else s.method
-        )
-        for s in specs
-    }
+    rounds = ctx.scale.rounds
+
+    def label(spec: RunSpec) -> str:
+        if spec.method == "LLOME-MargE":
+            return sft_marge_label(1, rounds)
+        if spec.method == "LLOME-SFT":
+            return sft_marge_label(rounds, rounds)
+        return spec.method
+
     curves: dict[str, list] = {}
     for spec, records in specs.items():
         for runs in _curves({spec: records}).values():
-            curves.setdefault(label[spec], []).extend(runs)
+            curves.setdefault(label(spec), []).extend(runs)
     _plot_curves(ctx.out / "sft_marge.png", {"f2: SFT_i-MargE_j": curves})
     summary = _summary(curves, ctx.budget)
-    relabelled = {dataclasses.replace(s, method=label[s]): r for s, r in specs.items()}
-    cal_rows, rho = _calibration_rows(ctx, relabelled)
-    _plot_calibration(ctx.out / "sft_marge_calibration.png", cal_rows)
+    logged = _logged(ctx, specs, label)  # each run's own directory, under its pipeline's label
+    _plot_calibration(ctx.out / "sft_marge_calibration.png", _calibration_rows(logged))
+    rho = {p: vd.spearman_feasible(lik, val) for p, (lik, val) in logged.items()}
     rows = [
         [m, s["seeds"], s["median"], s["min"], s["max"], rho.get(m, (float("nan"), 0))[0]]
         for m, s in sorted(summary.items())
     ]
-    header = ["pipeline", "seeds", "median_min_regret", "min", "max", "spearman_rho"]
+    header = ["pipeline", "seeds", "median_min_regret", "min", "max", "spearman_rho_feasible"]
     _write_csv(ctx.out / "sft_marge.csv", header, rows)
-    first = sft_marge_label(1, ctx.scale.rounds)
-    verdict, why = _verdict_best(summary, first)
-    solved = [m for m, s in summary.items() if s["min"] <= 0.0]
-    return (
-        _table(header, rows)
-        + f"\n\nPipelines that reached regret 0: {solved or 'none'}. Verdict basis: {why}. "
-        "Calibration curves: `sft_marge_calibration.png`.",
-        verdict,
-    )
+    first, last = sft_marge_label(1, rounds), sft_marge_label(rounds, rounds)
+    verdicts = [
+        ctx.check(vd.sft_marge_sole_optimum(first, _finals(curves, ctx.budget)), specs),
+        vd.sft_marge_best_calibration(first, rho),
+        ctx.check(vd.sft_marge_intermediate_worst(summary, first, last), specs),
+    ]
+    return _table(header, rows) + "\n\nCalibration curves: `sft_marge_calibration.png`.", verdicts
 
 
-def figure_reinforce(ctx: Context) -> tuple[str, str]:
-    curves = _curves(ctx.select("reinforce", "f2"))
+def _regret_by_round(records: list[dict]) -> list[float]:
+    """A run's min regret after each round (index 0: round 0)."""
+    ordered = sorted(records, key=lambda r: r["round"])
+    return [float(r["min_regret"]) for r in ordered if r.get("min_regret") is not None]
+
+
+def figure_reinforce(ctx: Context) -> tuple[str, list[Verdict]]:
+    selected = ctx.select("reinforce", "f2")
+    curves = _curves(selected)
     _plot_curves(ctx.out / "reinforce.png", {"f2: MargE vs REINFORCE": curves})
     summary = _summary(curves, ctx.budget)
     rows = [[m, s["seeds"], s["median"], s["min"], s["max"]] for m, s in sorted(summary.items())]
     header = ["method", "seeds", "median_min_regret", "min", "max"]
     _write_csv(ctx.out / "reinforce.csv", header, rows)
-    verdict, why = _verdict_best(summary, "LLOME-MargE")
-    if verdict == "agree" and summary["LLOME-MargE"]["median"] == summary.get(
-        "LLOME-REINFORCE", {}
-    ).get("median"):
-        verdict, why = "inconclusive at this scale", "equal medians"
-    return _table(header, rows) + f"\n\nVerdict basis: {why}.", verdict
+    reinforce = [
+        _regret_by_round(r)
+        for s, r in sorted(selected.items(), key=lambda kv: kv[0].name)
+        if s.method == "LLOME-REINFORCE"
+    ]
+    verdicts = [
+        vd.reinforce_decreases_regret(reinforce),
+        vd.reinforce_plateaus_early(reinforce, ctx.scale.rounds),
+        vd.reinforce_never_optimal(reinforce),
+        ctx.check(vd.reinforce_marge_ends_lower(summary), selected),
+    ]
+    per_run = "; ".join(" -> ".join(f"{v:.3f}" for v in r) for r in reinforce)
+    return (
+        _table(header, rows) + f"\n\nLLOME-REINFORCE min regret by round: {per_run or 'none'}.",
+        verdicts,
+    )
 
 
-def figure_refinement(ctx: Context) -> tuple[str, str]:
+def figure_refinement(ctx: Context) -> tuple[str, list[Verdict]]:
     rows = []
     by_iteration: dict[str, dict[int, list[float]]] = {}
-    for spec in sorted(ctx.select("refinement", "f2"), key=lambda s: s.name):
+    per_round: dict[str, list[list[float]]] = {}
+    selected = ctx.select("refinement", "f2")
+    for spec in sorted(selected, key=lambda s: s.name):
         for log in _candidates(ctx.out / "runs" / spec.name):
             reg = _regret(log["values"])
+            mins = []
             for it in sorted(set(log["iteration"].tolist())):
                 m = float(reg[log["iteration"] == it].min())
+                mins.append(m)
                 rows.append(
                     [
                         spec.method,
@@ -865,6 +994,7 @@ def figure_refinement(ctx: Context) -> tuple[str, str]:
                     ]
                 )
                 by_iteration.setdefault(spec.method, {}).setdefault(int(it), []).append(m)
+            per_round.setdefault(spec.method, []).append(mins)
     header = ["method", "seed", "round", "iteration", "min_regret", "candidates"]
     _write_csv(ctx.out / "refinement.csv", header, rows)
     import matplotlib
@@ -885,47 +1015,43 @@ def figure_refinement(ctx: Context) -> tuple[str, str]:
         axis.legend(fontsize=7)
     _save(figure, ctx.out / "refinement.png")
     table = [[m, " -> ".join(f"{v:.3f}" for v in vals)] for m, vals in means.items()]
+    methods = sorted({s.method for s in selected})
     verdicts = []
-    for m, vals in means.items():
-        if len(vals) < 3:
-            verdicts.append(("inconclusive at this scale", f"{m}: fewer than 3 iterations"))
-            continue
-        first, last = vals[0] - vals[1], vals[-2] - vals[-1]
-        ok = vals[-1] <= vals[0] and first >= last
-        verdicts.append(
-            (
-                "agree" if ok else "disagree",
-                f"{m}: first-step gain {first:.3f}, last-step gain {last:.3f}",
-            )
-        )
+    for m in methods:
+        verdicts += [
+            vd.refinement_reduces_regret(m, per_round.get(m, [])),
+            vd.refinement_first_edits_help_most(m, per_round.get(m, [])),
+        ]
     body = _table(["method", "min regret per iteration (mean over rounds and seeds)"], table)
-    return body + "\n\nVerdict basis: " + "; ".join(w for _, w in verdicts) + ".", _combine(
-        [v for v, _ in verdicts]
-    )
+    return body, verdicts
 
 
-def figure_selection(ctx: Context) -> tuple[str, str]:
+def figure_selection(ctx: Context) -> tuple[str, list[Verdict]]:
     rows = []
-    for spec in sorted(ctx.select("selection", "f2"), key=lambda s: s.name):
+    rounds: dict[str, list[vd.SelectionRound]] = {}
+    selected_specs = ctx.select("selection", "f2")
+    for spec in sorted(selected_specs, key=lambda s: s.name):
         for log in _candidates(ctx.out / "runs" / spec.name):
             reg, sel = _regret(log["values"]), log["selected"].astype(bool)
             j = int(sel.sum())
             if j == 0:
                 continue
             oracle = np.sort(reg)[:j]
-            rows.append(
-                [
-                    spec.method,
-                    spec.seed,
-                    int(log["round"]),
-                    int(reg.size),
-                    j,
-                    float(reg[sel].min()),
-                    float(oracle.min()),
-                    float(reg[sel].mean()),
-                    float(oracle.mean()),
-                    float(reg.mean()),
-                ]
+            row = [
+                spec.method,
+                spec.seed,
+                int(log["round"]),
+                int(reg.size),
+                j,
+                float(reg[sel].min()),
+                float(oracle.min()),
+                float(reg[sel].mean()),
+                float(oracle.mean()),
+                float(reg.mean()),
+            ]
+            rows.append(row)
+            rounds.setdefault(spec.method, []).append(
+                vd.SelectionRound(row[3], row[4], row[5], row[6], row[7], row[9])
             )
     header = [
         "method",
@@ -966,22 +1092,16 @@ def figure_selection(ctx: Context) -> tuple[str, str]:
     if rows:
         axis.legend(fontsize=6)
     _save(figure, ctx.out / "selection.png")
-    if len(rows) < 2:
-        return _table(
-            header, rows
-        ) + "\n\nToo few rounds with candidates.", "inconclusive at this scale"
-    misses = sum(r[5] > r[6] for r in rows)
-    better = sum(r[7] < r[9] for r in rows)
-    n = len(rows)
-    verdict = "agree" if misses > 0 and better > n / 2 else "disagree"
-    why = (
-        f"likelihood selection missed the best candidate in {misses}/{n} rounds and its mean regret "
-        f"beat the candidates' mean (random selection) in {better}/{n}"
-    )
-    return _table(header, rows) + f"\n\nVerdict basis: {why}.", verdict
+    verdicts = []
+    for m in sorted({s.method for s in selected_specs}):
+        verdicts += [
+            vd.selection_misses_best_often(m, rounds.get(m, [])),
+            vd.selection_high_scoring(m, rounds.get(m, [])),
+        ]
+    return _table(header, rows), verdicts
 
 
-def figure_half_quant(ctx: Context) -> tuple[str, str]:
+def figure_half_quant(ctx: Context) -> tuple[str, list[Verdict]]:
     selected = ctx.select("half_quant", HALF)
     curves = _curves(selected)
     _plot_curves(ctx.out / "half_quant.png", {HALF: curves})
@@ -989,13 +1109,16 @@ def figure_half_quant(ctx: Context) -> tuple[str, str]:
     rows = [[m, s["seeds"], s["median"], s["min"], s["max"]] for m, s in sorted(summary.items())]
     header = ["method", "seeds", "median_min_regret", "min", "max"]
     _write_csv(ctx.out / "half_quant.csv", header, rows)
-    verdict, why = _verdict_best(summary, "LLOME-MargE")
+    last_round: dict[str, int] = {}
+    for spec, records in selected.items():
+        last = max(int(r["round"]) for r in records)
+        last_round[spec.method] = max(last_round.get(spec.method, 0), last)
+    verdict = ctx.check(vd.half_quant_marge_best(summary, last_round), selected)
     stops = _early_stops(ctx, selected)
     return (
         _table(header, rows)
-        + (f"\n\nRuns that stopped before their budget: {stops}." if stops else "")
-        + f"\n\nVerdict basis (LLOME-MargE best, as on f2): {why}.",
-        verdict,
+        + (f"\n\nRuns that stopped before their budget: {stops}." if stops else ""),
+        [verdict],
     )
 
 
@@ -1017,50 +1140,66 @@ def _early_stops(ctx: Context, selected: dict[RunSpec, list[dict]]) -> str:
     )
 
 
-def figure_model_size(ctx: Context) -> tuple[str, str]:
-    curves = _curves(ctx.select("model_size", "f2", ("LLOME-MargE", "LaMBO-2")))
-    curves = {
-        ("LLOME-MargE (tiny, from scratch)" if m == "LLOME-MargE" else m): c
-        for m, c in curves.items()
-    }
-    _plot_curves(ctx.out / "model_size.png", {"f2": curves})
+#: the name the model-size figure gives our small from-scratch LLOME-MargE
+TINY = "LLOME-MargE (tiny, from scratch)"
+
+
+def figure_model_size(ctx: Context) -> tuple[str, list[Verdict]]:
+    selected = ctx.select("model_size", "f2", ("LLOME-MargE", "LaMBO-2"))
+    curves = _curves(selected)
+    _plot_curves(
+        ctx.out / "model_size.png",
+        {"f2": {(TINY if m == "LLOME-MargE" else m): c for m, c in curves.items()}},
+    )
+    mark = vd.PAPER_22K_AFTER_ROUND0
+    j = ctx.labels_per_round
+    points = []
+    if ctx.budget >= mark:  # the paper's "up to 22K": every round's budget up to 12K after round 0
+        afters = sorted({*range(j, mark + 1, j), mark})
+        points = [(after, _summary(curves, after)) for after in afters]
     rows = []
-    at = {}
-    for budget in sorted({min(22_000, ctx.budget), ctx.budget}):
-        s = _summary(curves, budget)
-        at[budget] = s
+    for after, s in [*points, (ctx.budget, _summary(curves, ctx.budget))]:
         rows += [
-            [m, budget, v["seeds"], v["median"], v["min"], v["max"]] for m, v in sorted(s.items())
+            [TINY if m == "LLOME-MargE" else m, after, v["seeds"], v["median"], v["min"], v["max"]]
+            for m, v in sorted(s.items())
         ]
-    header = ["method", "budget", "seeds", "median_min_regret", "min", "max"]
+    header = ["method", "labels_after_round_0", "seeds", "median_min_regret", "min", "max"]
     _write_csv(ctx.out / "model_size.csv", header, rows)
-    s22 = at[min(22_000, ctx.budget)]
-    if ctx.budget < 22_000 or len(s22) < 2 or min(v["seeds"] for v in s22.values()) < 3:
-        verdict, why = "inconclusive at this scale", "budget below 22K labels or fewer than 3 seeds"
-    else:
-        gap = abs(s22["LLOME-MargE (tiny, from scratch)"]["median"] - s22["LaMBO-2"]["median"])
-        verdict = "agree" if gap <= 0.1 else "disagree"
-        why = f"gap of medians at 22K: {gap:.3f} (comparable if <= 0.1)"
-    note = "The paper's Pythia-2.8B curve needs GPUs and weights (`--preset paper`); it is not run here."
-    return _table(header, rows) + f"\n\n{note} Verdict basis: {why}.", verdict
+    q = _quantization("f2")
+    at_end = _summary(curves, ctx.budget)
+    at_22k = points[-1][1] if points else {}
+    verdicts = [
+        ctx.check(vd.model_size_comparable("LaMBO-2", points, q, ctx.budget), selected),
+        vd.model_size_comparable("LLOME-MargE (Pythia 2.8B)", points, q, ctx.budget),
+        ctx.check(vd.model_size_plateaus(at_22k, at_end, q, ctx.budget), selected),
+    ]
+    note = (
+        "The paper's Pythia-2.8B curve needs GPUs and weights (`--preset paper`); it is not run "
+        f"here. 22K labels in the paper = its 10K GA labels + {mark}: rows at "
+        f"labels_after_round_0 <= {mark}; a quantisation level of f2 (q = {q}) at regret r is "
+        "(1 - r) / q."
+    )
+    return _table(header, rows) + f"\n\n{note}", verdicts
 
 
-def _hypervolume(x: Sequence[int], y: Sequence[float], lo: float, hi: float) -> float:
-    """Area under the min-regret step curve between ``lo`` and ``hi`` labels, in K labels x
-    regret (lower is better; the paper's "average (evaluations x min regret)"); regret 1 before
-    the first point."""
+def _hypervolume(x: Sequence[int], y: Sequence[float], after: float) -> float:
+    """Area under the min-regret step curve over the ``after`` labels past the run's round 0
+    (``x[0]``), in K labels x regret (lower is better; the paper's "average (evaluations x min
+    regret)")."""
     xs = np.asarray(x, np.float64)
     ys = np.asarray(y, np.float64)
-    grid = np.linspace(lo, hi, 201)
+    grid = np.linspace(xs[0], xs[0] + after, 201)
     idx = np.searchsorted(xs, grid, side="right") - 1
-    vals = np.where(idx >= 0, ys[np.clip(idx, 0, None)], 1.0)
+    vals = ys[np.clip(idx, 0, None)]
     return float(np.trapezoid(vals, grid) / 1000.0)
 
 
-def figure_difficulty_pareto(ctx: Context) -> tuple[str, str]:
+def figure_difficulty_pareto(ctx: Context) -> tuple[str, list[Verdict]]:
     parts, verdicts = [], []
     path = ctx.out / "runs" / "ga_difficulty" / "curves.csv"
     diff_rows = []
+    ranges: dict[str, float] = {}
+    sweep_seeds = 0
     if path.exists():
         with open(path, newline="") as stream:
             data = list(csv.DictReader(stream))
@@ -1076,27 +1215,16 @@ def figure_difficulty_pareto(ctx: Context) -> tuple[str, str]:
             diff_rows.append([p, v, len(seeds), mean_curve, final])
             areas.setdefault(p, []).append(mean_curve)
         ranges = {p: max(a) - min(a) for p, a in areas.items()}
-        top = max(ranges, key=ranges.get)
-        verdicts.append(
-            (
-                "agree" if top == "q" else "disagree",
-                f"largest effect: {top} (mean-regret range {ranges[top]:.3f}; "
-                f"q: {ranges.get('q', float('nan')):.3f})",
-            )
-        )
+        sweep_seeds = min(len(seeds) for seeds in per.values())
         parts.append(
             _table(
                 ["parameter", "value", "seeds", "mean regret over the run", "median final regret"],
                 diff_rows,
             )
         )
-    else:
-        verdicts.append(("inconclusive at this scale", "the sweep has not run"))
-    # Pareto frontier over every finished run: (budget, min regret) points per method
-    # the paper's budgets run from 1K to 30K; ours from round 0's labels (the GA seed data,
-    # common to every method) to the planned budget
-    starts = [r[0]["num_evaluations"] for r in ctx.runs.values() if r]
-    lo = float(min(starts)) if starts else 0.0
+    verdicts.append(vd.ga_difficulty_q_strongest(ranges, sweep_seeds))
+    # Pareto frontier over every finished run: (budget, min regret) points per method; the
+    # hypervolume is over the labels after round 0 (the GA seed data, common to every method)
     hv_by_function: dict[str, dict[str, list[float]]] = {}
     frontier_rows = []
     points: dict[str, list[tuple[int, float]]] = {}
@@ -1113,7 +1241,7 @@ def figure_difficulty_pareto(ctx: Context) -> tuple[str, str]:
             if spec.method in METHODS or spec.method == "LLOME-REINFORCE"
             else "LLOME-SFT/MargE pipelines"
         )
-        area = _hypervolume([p[0] for p in pts], [p[1] for p in pts], lo, ctx.budget)
+        area = _hypervolume([p[0] for p in pts], [p[1] for p in pts], ctx.budget)
         hv_by_function.setdefault(family, {}).setdefault(spec.function, []).append(area)
         points.setdefault(family, []).extend(pts)
     for family, pts in sorted(points.items()):
@@ -1175,38 +1303,25 @@ def figure_difficulty_pareto(ctx: Context) -> tuple[str, str]:
             [
                 "method",
                 "runs",
-                f"mean hypervolume (K labels x regret, {int(lo)}..{ctx.budget} labels)",
+                f"mean hypervolume (K labels x regret over {ctx.budget} labels after round 0)",
                 "functions",
                 f"mean over {', '.join(common) or '(no common function)'}",
             ],
             table,
         )
     )
-    hvm = {m: c for m, _, _, _, c in table if c is not None}
-    llome = [m for m in hvm if m in ("LLOME-SFT", "LLOME-MargE", "LLOME-DPO")]
-    if len(llome) < 3 or "GA" not in hvm or "LaMBO-2" not in hvm:
+    hvm = {m: c for m, _, _, _, c in table}
+    runs_on_common = {
+        m: sum(len(per[f]) for f in common if f in per) for m, per in hv_by_function.items()
+    }
+    for variant in ("LLOME-SFT", "LLOME-MargE", "LLOME-DPO"):
         verdicts.append(
-            (
-                "inconclusive at this scale",
-                "needs all three LLOME variants, the GA and LaMBO-2 on a common function",
-            )
+            ctx.check(vd.pareto_llome_variant_below(variant, hvm, runs_on_common), ctx.runs)
         )
-    else:
-        ok = max(hvm[m] for m in llome) < min(hvm["GA"], hvm["LaMBO-2"])
-        on = ", ".join(common)
-        verdicts.append(
-            (
-                "agree" if ok else "disagree",
-                f"LLOME variants' mean hypervolume below GA's and LaMBO-2's on {on}"
-                if ok
-                else f"some LLOME variant's hypervolume is not below GA's and LaMBO-2's on {on}",
-            )
-        )
-    parts.append("Verdicts: " + "; ".join(f"{v} ({w})" for v, w in verdicts))
-    return "\n\n".join(parts), _combine([v for v, _ in verdicts])
+    return "\n\n".join(parts), verdicts
 
 
-FIGURE_FUNCTIONS: dict[str, Callable[[Context], tuple[str, str]]] = {
+FIGURE_FUNCTIONS: dict[str, Callable[[Context], tuple[str, list[Verdict]]]] = {
     "solver": figure_solver,
     "diversity": figure_diversity,
     "calibration": figure_calibration,
@@ -1229,12 +1344,16 @@ CLAIMS: dict[str, str] = {
     ),
     "diversity": (
         '"LaMBO-2 produces the most diverse and feasible solutions but LLOME-MargE balances '
-        'diversity with accuracy." "LLOME-DPO does not improve either the diversity or the '
-        'feasibility of its outputs."'
+        'diversity with accuracy." "Compared to the GA, [...] LaMBO-2, LLOME-MargE, and LLOME-SFT '
+        'produce significantly higher proportions of unique sequences." "LLOME-DPO does not '
+        'improve either the diversity or the feasibility of its outputs." ("the percentage of '
+        'generated sequences for f2 that are unique or feasible"; "balances" gives no rule and is '
+        "not tested)"
     ),
     "calibration": (
         '"LLOME-MargE and LLOME-SFT assign higher likelihoods to lower regret sequences, but also '
-        'exhibit some degree of overconfidence."'
+        'exhibit some degree of overconfidence." "the likelihood and reward of SFT- and '
+        'MargE-generated sequences are inversely correlated for high likelihoods exceeding 0.7."'
     ),
     "sft_marge": (
         '"LLOME-SFT_1-MargE_9 not only is the sole pipeline to find the optimal solution, but also '
@@ -1269,6 +1388,20 @@ CLAIMS: dict[str, str] = {
 }
 
 
+def _accounting_line(ctx: Context, specs: Collection[RunSpec]) -> str:
+    """Which label accounting the figure's runs use (a budget verdict over both is not
+    comparable)."""
+    counts: dict[str, int] = {}
+    for kind in ctx.accounting(specs):
+        counts[kind] = counts.get(kind, 0) + 1
+    if not counts:
+        return "no finished run"
+    return "; ".join(
+        f"`{kind}` ({ACCOUNTING_TEXT.get(kind, kind)}): {n} run{'s' if n > 1 else ''}"
+        for kind, n in sorted(counts.items())
+    ) + (" -- mixed: budget verdicts are not comparable" if len(counts) > 1 else "")
+
+
 def write_report(
     out: pathlib.Path,
     scale_name: str,
@@ -1277,7 +1410,7 @@ def write_report(
     figures: Sequence[str],
     plan_seconds: float,
 ) -> None:
-    runs, stop_reasons = {}, {}
+    runs, stop_reasons, accountings = {}, {}, {}
     status = []
     for spec in plan:
         path = out / "runs" / spec.name
@@ -1289,20 +1422,52 @@ def write_report(
         if records and done:  # a partial run is listed below, never counted in a figure
             runs[spec] = records
             stop_reasons[spec] = why or ""
+            accountings[spec] = _accounting(path)
         state = "finished" if done else ("partial" if records else "not run")
         status.append(
             [spec.name, spec.method, len(records) - 1 if records else 0, state, why or ""]
         )
-    ctx = Context(out, scale, scale_name, plan, runs, stop_reasons)
+    ctx = Context(out, scale, scale_name, plan, runs, stop_reasons, accountings)
     seeds = ", ".join(f"{f}: {len(s)}" for f, s in scale.seeds)
+    sections, table, every = [], [], []
+    for key in figures:
+        try:
+            body, found = FIGURE_FUNCTIONS[key](ctx)
+        except Exception as error:  # a figure that cannot be drawn says why; the others go on
+            body, found = f"Not available: {type(error).__name__}: {error}", []
+        if scale_name == "smoke":
+            found = [vd.at_smoke_scale(v) for v in found]
+        every += found
+        specs = ctx.runs if key == "difficulty_pareto" else ctx.select(key)
+        table.append(f"| {FIGURES[key]} | {vd.summary_line(found) if found else 'not available'} |")
+        sections += [
+            f"## {FIGURES[key]}",
+            "",
+            f"**Paper:** {CLAIMS[key]}",
+            "",
+            f"**Ours** (`{key}.png`, `{key}.csv`):",
+            "",
+            body,
+            "",
+            f"Label accounting of this figure's runs: {_accounting_line(ctx, specs)}.",
+            "",
+            "**Verdicts** (one per claim, `experiments/verdicts.py`):",
+            "",
+            *(f"- {v.claim}: **{v.verdict}** ({v.reason})" for v in found),
+            "",
+        ]
+    counts = {k: sum(v.verdict == k for v in every) for k in vd.OUTCOMES}
     lines = [
         f"# The paper's figures at `{scale_name}` scale",
         "",
         "Generated by `python experiments/paper.py` from the run directories under `runs/` "
-        f"(re-draw with `--report-only`). Budget per run: {ctx.budget} labels "
-        f"({scale.rounds} rounds after the GA's round 0). Seeds of LLOME/LaMBO-2 per function: "
+        f"(re-draw with `--report-only`). Budget per run: {ctx.budget} labels after round 0 "
+        f"({scale.rounds} rounds after the GA's round 0, whose labels every method of a seed "
+        f"shares; the paper's 30K = 10K + 20K). Seeds of LLOME/LaMBO-2 per function: "
         f"{seeds}; GA seeds: {len(scale.ga_seeds)}. Planned cost {plan_seconds / 3600:.2f} h "
         "(one core of a shared 2-core CPU, estimated).",
+        "",
+        f"Label accounting of the finished runs: {_accounting_line(ctx, ctx.runs)}.",
         "",
         "The models are small and from scratch (LLOME: a ~0.2M-parameter Pythia, LaMBO-2: the "
         "`cpu` CNN), not the paper's Pythia-2.8B and 314K LaMBO-2; "
@@ -1328,36 +1493,25 @@ def write_report(
             if scale.reduced
             else []
         ),
-        "| figure | verdict |",
+        "Every sub-claim has its own verdict (`experiments/verdicts.py`: agree, disagree, not "
+        "comparable: we do not measure what the paper measured, inconclusive: too little to "
+        "decide); none is combined. Over all claims: "
+        + ", ".join(f"{k} {n}" for k, n in counts.items())
+        + ".",
+        "",
+        "| figure | verdicts |",
         "|---|---|",
+        *table,
     ]
-    sections = []
-    for key in figures:
-        try:
-            body, verdict = FIGURE_FUNCTIONS[key](ctx)
-        except Exception as error:  # a figure that cannot be drawn says why; the others go on
-            body, verdict = f"Not available: {type(error).__name__}: {error}", "not available"
-        if scale_name == "smoke" and verdict in ("agree", "disagree"):
-            verdict = f"inconclusive at this scale (direction: {verdict})"
-        lines.append(f"| {FIGURES[key]} | {verdict} |")
-        sections += [
-            f"## {FIGURES[key]}",
-            "",
-            f"**Paper:** {CLAIMS[key]}",
-            "",
-            f"**Ours** (`{key}.png`, `{key}.csv`):",
-            "",
-            body,
-            "",
-            f"**Verdict:** {verdict}.",
-            "",
-        ]
     lines += [
         "",
         *sections,
         "## Runs",
         "",
-        _table(["run", "method", "rounds", "state", "stop reason"], status),
+        _table(
+            ["run", "method", "rounds", "state", "accounting", "stop reason"],
+            [[*row[:4], accountings.get(spec, ""), row[4]] for spec, row in zip(plan, status)],
+        ),
         "",
     ]
     (out / "report.md").write_text("\n".join(lines))
