@@ -49,6 +49,7 @@ __all__ = [
     "MIN_ROUNDS",
     "MIN_SEEDS",
     "OFTEN",
+    "OUTCOMES",
     "PAPER_22K_AFTER_ROUND0",
     "PLATEAU_EARLY",
     "Z_95",
@@ -87,6 +88,8 @@ __all__ = [
 ]
 
 Outcome = Literal["agree", "disagree", "not comparable", "inconclusive"]
+#: every :data:`Outcome`, in the report's order
+OUTCOMES: tuple[Outcome, ...] = ("agree", "disagree", "not comparable", "inconclusive")
 
 #: ``{method: {"median": float, "seeds": int, ...}}``: medians over seeds at one budget.
 Summary = Mapping[str, Mapping[str, float]]
@@ -808,8 +811,9 @@ def model_size_comparable(
             f"({PAPER_22K_AFTER_ROUND0} after its 10K GA labels)",
         )
     pair = ("LLOME-MargE", other)
-    if not points or any(m not in s for _, s in points for m in pair):
-        return Verdict(claim, "not comparable", f"no finished runs of {other} or LLOME-MargE")
+    missing = [m for m in pair if not points or any(m not in s for _, s in points)]
+    if missing:
+        return Verdict(claim, "not comparable", f"no finished runs of {', '.join(missing)}")
     apart = []
     for after, summary in points:
         ok, gap, level = _within_level(
