@@ -372,10 +372,13 @@ def test_from_holo_rejects_bad_instances():
 
 # ------------------------------------------------------------------ holo facade
 def test_holo_facade_matches_functional_core():
+    """The facade's NumPy backend (the torch one: tests/test_compat_holo_bench.py)."""
     from llome_jax.compat.holo import HoloSeedWarning
 
     with pytest.warns(HoloSeedWarning, match="not the instance pytorch-holo builds"):
-        facade = HoloEhrlich(num_states=8, dim=16, num_motifs=2, motif_length=4, random_seed=3)
+        facade = HoloEhrlich(
+            num_states=8, dim=16, num_motifs=2, motif_length=4, random_seed=3, backend="numpy"
+        )
     core = eh.make(jax.random.key(3), SMALL)
     np.testing.assert_array_equal(facade.transition_matrix, np.asarray(core.transition_matrix))
     x0 = facade.initial_solution()
@@ -386,7 +389,7 @@ def test_holo_facade_matches_functional_core():
     xs = facade.random_solution(50)
     assert xs.shape == (50, 16)
     np.testing.assert_array_equal(facade(xs), np.asarray(eh.evaluate(core, xs)))
-    negated = HoloEhrlich.from_instance(core, negate=True)
+    negated = HoloEhrlich.from_instance(core, negate=True, backend="numpy")
     assert negated(negated.optimal_solution()[None])[0] == -1.0 and negated.optimal_value == -1.0
     assert [m.tolist() for m in facade.motifs] == np.asarray(core.motifs).tolist()
 

@@ -1,17 +1,40 @@
-"""A pytorch-holo-shaped facade over :mod:`llome_jax.ehrlich` (numpy in, numpy out).
+"""A pytorch-holo-shaped facade over :mod:`llome_jax.ehrlich`: a drop-in for holo's ``Ehrlich``.
 
 ``Ehrlich(num_states, dim, num_motifs, motif_length, quantization=None, epistasis_factor=0.0,
-noise_std=0.0, negate=False, random_seed=0)`` mirrors ``holo.test_functions.closed_form.Ehrlich``.
-The instance for a given ``random_seed`` is sampled with JAX's PRNG, so it differs from holo's
-torch-seeded instance; use :meth:`Ehrlich.from_instance` (or ``paper_function``) to wrap an exact
-instance. Like holo, the object is stateful (its solution samplers advance an internal counter);
-the functional core it wraps is not.
+noise_std=0.0, negate=False, random_seed=0)`` mirrors ``holo.test_functions.closed_form.Ehrlich``
+(pytorch-holo 0.0.5, holo-bench a58d03e): holo users switch with one line,
+``from llome_jax.compat.holo import Ehrlich``.
+
+**Backends.** torch is optional. When it is importable (and ``backend`` is not ``"numpy"``) the
+facade speaks torch as holo does: attributes and results are tensors with holo's dtypes and
+shapes (``transition_matrix`` float32 ``[v, v]``, ``stationary_dist`` float32 ``[v, 1]``,
+``initial_dist`` float32 ``[v]``, ``motifs`` a tuple of int64 ``[k]``, ``spacings`` a list of int64
+``[k-1]``, ``bounds`` float64 ``[2, L]``, solutions int64, values float32). Without torch (or with
+``backend="numpy"``) it keeps the NumPy interface it always had (int32 solutions, ``stationary_dist``
+``[v]``, ``motifs`` a list); a torch tensor given as input still gets a torch tensor back.
+Evaluation is the jitted JAX evaluator either way, so values are bit-identical across backends.
+
+**Input.** Token ids ``[..., L]`` of any integer dtype, or floats holding exact integers (holo's
+``forward`` casts to float and its optimizer keeps float particles); a non-integral, non-finite
+or out-of-range entry raises ``ValueError`` (holo scores a non-integral one as a mismatch).
+
+**What still differs from holo.** The instance for a given ``random_seed`` is sampled with JAX's
+PRNG, so it is not holo's torch-seeded instance; wrap an exact one with :meth:`Ehrlich.from_instance`
+(e.g. ``from_instance(llome_jax.ehrlich.from_holo(...))`` or ``paper_function(...)``).
+``initial_solution``, ``random_solution`` and observation noise draw from JAX's generator, not
+torch's. The facade is not a ``torch.nn.Module`` / BoTorch ``SyntheticTestFunction`` subclass.
+Like holo, the object is stateful (its samplers advance an internal counter); the functional core
+it wraps is not.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
+import sys
 import warnings
-from typing import Any
+from types import ModuleType
+from typing import Any, Literal
 
 import jax
 import numpy as np
@@ -20,13 +43,43 @@ from llome_jax import ehrlich as _ehrlich
 
 __all__ = ["Ehrlich", "HoloSeedWarning"]
 
+Backend = Literal["torch", "numpy"]
+
 
 class HoloSeedWarning(UserWarning):
     """The same ``random_seed`` gives another instance than pytorch-holo's."""
 
 
+@functools.cache
+def _find_torch() -> ModuleType | None:
+    """The ``torch`` module if it can be imported, else ``None`` (looked up once per process)."""
+    try:
+        return importlib.import_module("torch")
+    except ImportError:
+        return None
+
+
+def _is_torch_tensor(x: Any) -> bool:
+    """Whether ``x`` is a torch tensor (without importing torch: it was, if ``x`` is one)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
 class Ehrlich:
-    """holo-bench's ``Ehrlich`` test function, backed by the jitted JAX evaluator."""
+    """holo-bench's ``Ehrlich`` test function, backed by the jitted JAX evaluator.
+
+    Attributes (torch backend; NumPy backend in brackets where it differs):
+      num_states, dim: ``v`` and ``L``.
+      transition_matrix: float32 ``[v, v]``.
+      stationary_dist: float32 ``[v, 1]`` [``[v]``].
+      initial_dist: float32 ``[v]``, uniform.
+      motifs: tuple of ``c`` int64 ``[k]`` [list of int32 ``[k]``].
+      spacings: list of ``c`` int64 ``[k-1]`` gaps [int32].
+      bounds: float64 ``[2, L]``: rows ``0`` and ``v - 1`` (BoTorch's box).
+      categorical_inds: ``list(range(L))``; continuous_inds, discrete_inds: ``[]``.
+      noise_std, negate, optimal_value, num_objectives: as holo/BoTorch.
+      fn: the wrapped :class:`llome_jax.ehrlich.Ehrlich` instance (what is evaluated).
+    """
 
     _optimal_value = 1.0
     num_objectives = 1
@@ -42,7 +95,15 @@ class Ehrlich:
         noise_std: float = 0.0,
         negate: bool = False,
         random_seed: int = 0,
+        *,
+        backend: Backend | None = None,
     ) -> None:
+        """holo's constructor. ``backend``: ``"torch"``, ``"numpy"`` or ``None`` (torch when it
+        is importable); the only argument holo does not have.
+
+        Raises:
+          ValueError: for an impossible configuration (as holo) or an unknown ``backend``.
+        """
         warnings.warn(
             f"Ehrlich(random_seed={random_seed}) samples its instance with JAX's PRNG: it is not "
             "the instance pytorch-holo builds for the same seed (holo's RNG stream needs torch). "
@@ -51,6 +112,7 @@ class Ehrlich:
             HoloSeedWarning,
             stacklevel=2,
         )
+        torch = _resolve_backend(backend)
         config = _ehrlich.EhrlichConfig(
             num_states=num_states,
             dim=dim,
@@ -60,7 +122,11 @@ class Ehrlich:
             epistasis_factor=epistasis_factor,
         )
         self._init(
-            _ehrlich.make(jax.random.key(random_seed), config), noise_std, negate, random_seed
+            _ehrlich.make(jax.random.key(random_seed), config),
+            noise_std,
+            negate,
+            random_seed,
+            torch,
         )
 
     @classmethod
@@ -70,89 +136,220 @@ class Ehrlich:
         noise_std: float = 0.0,
         negate: bool = False,
         random_seed: int = 0,
+        *,
+        backend: Backend | None = None,
     ) -> Ehrlich:
         """Wrap an existing instance (e.g. ``paper_function("f2")`` or ``from_holo(...)``)."""
         self = cls.__new__(cls)
-        self._init(fn, noise_std, negate, random_seed)
+        self._init(fn, noise_std, negate, random_seed, _resolve_backend(backend))
         return self
 
-    def _init(self, fn: _ehrlich.Ehrlich, noise_std: float, negate: bool, random_seed: int) -> None:
+    def _init(
+        self,
+        fn: _ehrlich.Ehrlich,
+        noise_std: float,
+        negate: bool,
+        random_seed: int,
+        torch: ModuleType | None,
+    ) -> None:
+        cfg = fn.config
         self.fn = fn
-        self.num_states = fn.config.num_states
-        self.dim = fn.config.dim
+        self.num_states = cfg.num_states
+        self.dim = cfg.dim
         self.noise_std = float(noise_std)
         self.negate = bool(negate)
         self._random_seed = int(random_seed)
+        self._motif_length = cfg.motif_length
+        self._quantization = cfg.quantization
+        self._epistasis_factor = float(cfg.epistasis_factor)
+        self.categorical_inds = list(range(self.dim))
+        self.continuous_inds: list[int] = []  # BoTorch's parameter kinds: all categorical
+        self.discrete_inds: list[int] = []
         self._key = jax.random.key(random_seed)
         self._calls = 0
+        self._torch = torch
+        self._device: Any = None  # torch backend: where results go (None: the CPU)
+
+        v = self.num_states
+        matrix = np.asarray(fn.transition_matrix)
+        stationary = np.asarray(fn.stationary_dist)
+        motifs = np.asarray(fn.motifs)
+        spacings = np.asarray(fn.spacings)
+        bounds = [(0.0, float(v - 1))] * self.dim
+        if torch is None:  # the NumPy interface, unchanged
+            self.transition_matrix = matrix
+            self.stationary_dist = stationary
+            self.initial_dist = np.full(v, 1.0 / v, np.float32)
+            self.motifs: Any = list(motifs)
+            self.spacings: Any = list(spacings)
+            self.bounds: Any = np.asarray(bounds, np.float64).T
+            return
+        self.transition_matrix = torch.from_numpy(matrix.copy())
+        self.stationary_dist = torch.from_numpy(stationary.reshape(v, 1).copy())
+        self.initial_dist = torch.ones(v) / v  # holo's expression, bit for bit
+        self.motifs = tuple(torch.from_numpy(m.astype(np.int64)) for m in motifs)
+        self.spacings = [torch.from_numpy(s.astype(np.int64)) for s in spacings]
+        # BoTorch's buffer: a transposed float64 [L, 2] table
+        self.bounds = torch.tensor(bounds, dtype=torch.double).transpose(-1, -2)
 
     # ------------------------------------------------------------------ holo attributes
     @property
     def optimal_value(self) -> float:
         return -self._optimal_value if self.negate else self._optimal_value
 
-    @property
-    def transition_matrix(self) -> np.ndarray:
-        return np.asarray(self.fn.transition_matrix)
+    def to(self, device: Any = None, dtype: Any = None) -> Ehrlich:
+        """holo's ``to``: the float tables (``transition_matrix``, ``initial_dist``,
+        ``stationary_dist``) to ``device`` and ``dtype``, motifs and spacings (as lists, like
+        holo) and ``bounds`` to ``device``; later results are placed on ``device``. Evaluation
+        stays the JAX evaluator, so values are unchanged (float32). Returns ``self``.
 
-    @property
-    def initial_dist(self) -> np.ndarray:
-        return np.full(self.num_states, 1.0 / self.num_states, np.float32)
+        With the NumPy backend only ``device`` ``None``/``"cpu"`` is possible and ``dtype`` is a
+        NumPy dtype.
 
-    @property
-    def stationary_dist(self) -> np.ndarray:
-        return np.asarray(self.fn.stationary_dist)
-
-    @property
-    def motifs(self) -> list[np.ndarray]:
-        return list(np.asarray(self.fn.motifs))
-
-    @property
-    def spacings(self) -> list[np.ndarray]:
-        return list(np.asarray(self.fn.spacings))
+        Raises:
+          ValueError: a device other than the CPU with the NumPy backend.
+        """
+        if self._torch is None:
+            if device is not None and str(device) != "cpu":
+                raise ValueError(
+                    f"the NumPy backend lives on the CPU, got device={device!r}: install torch "
+                    "(or pass backend='torch') for device placement."
+                )
+            if dtype is not None:
+                for name in ("transition_matrix", "initial_dist", "stationary_dist"):
+                    setattr(self, name, getattr(self, name).astype(dtype))
+            return self
+        for name in ("transition_matrix", "initial_dist", "stationary_dist"):
+            setattr(self, name, getattr(self, name).to(device=device, dtype=dtype))
+        self.motifs = [m.to(device=device) for m in self.motifs]
+        self.spacings = [s.to(device=device) for s in self.spacings]
+        self.bounds = self.bounds.to(device=device)
+        if device is not None:
+            self._device = self._torch.device(device)
+        return self
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate_true(self, X: Any) -> np.ndarray:
-        """Noise-free values (``-inf`` where infeasible), float32 ``[n]``."""
-        return np.asarray(_ehrlich.evaluate(self.fn, _as_int_array(X)))
+    def evaluate_true(self, X: Any) -> Any:
+        """Noise-free values (``-inf`` where infeasible): float32 ``[...]`` for ``X`` ``[..., L]``
+        (integer token ids, or floats holding exact integers)."""
+        values = np.asarray(_ehrlich.evaluate(self.fn, _tokens(X, self.num_states)))
+        return self._out(values, X)
 
-    def forward(self, X: Any, noise: bool = True) -> np.ndarray:
-        """holo's ``forward``: noisy if ``noise_std > 0``, negated if ``negate``."""
-        values = self.evaluate_true(X).astype(np.float32)
+    def forward(self, X: Any, noise: bool = True) -> Any:
+        """holo's ``forward``: float32 ``[...]``, noisy if ``noise_std > 0``, negated if ``negate``."""
+        values = np.asarray(_ehrlich.evaluate(self.fn, _tokens(X, self.num_states)))
+        values = values.astype(np.float32)
         if noise and self.noise_std > 0:
             key = jax.random.fold_in(self._next_key(), 1)
             values = values + self.noise_std * np.asarray(jax.random.normal(key, values.shape))
-        return -values if self.negate else values
+        return self._out(-values if self.negate else values, X)
 
     __call__ = forward
 
     # ------------------------------------------------------------------ solutions
-    def initial_solution(self, n: int = 1) -> np.ndarray:
-        """Chain samples; like holo, the same sequence on every call (the seed is reset)."""
+    def initial_solution(self, n: int = 1) -> Any:
+        """``n`` chain samples, ``[L]`` for ``n == 1`` else ``[n, L]``; like holo, the same
+        samples on every call (the seed is reset). int64 (torch) or int32 (NumPy)."""
         samples = np.asarray(_ehrlich.initial_solution(self._key, self.fn, n))
-        return samples[0] if n == 1 else samples
+        return self._solution(samples[0] if n == 1 else samples)
 
-    def random_solution(self, n: int = 1) -> np.ndarray:
+    def random_solution(self, n: int = 1) -> Any:
+        """``n`` uniform sequences, ``[L]`` for ``n == 1`` else ``[n, L]`` (a new draw each call)."""
         samples = np.asarray(_ehrlich.random_solution(self._next_key(), self.fn, n))
-        return samples[0] if n == 1 else samples
+        return self._solution(samples[0] if n == 1 else samples)
 
-    def optimal_solution(self) -> np.ndarray:
-        return np.asarray(_ehrlich.optimal_solution(self.fn))
+    def optimal_solution(self) -> Any:
+        """holo's constructive optimum ``[L]`` (value 1.0)."""
+        return self._solution(np.asarray(_ehrlich.optimal_solution(self.fn)))
 
     def _next_key(self) -> jax.Array:
         self._calls += 1
         return jax.random.fold_in(self._key, self._calls)
 
+    # ------------------------------------------------------------------ conversions
+    def _out(self, values: np.ndarray, like: Any) -> Any:
+        """float32 results as a tensor on ``like``'s device (a tensor input, or the torch
+        backend), else as NumPy."""
+        if _is_torch_tensor(like):
+            return sys.modules["torch"].from_numpy(np.array(values)).to(like.device)
+        if self._torch is None:
+            return values
+        return self._tensor(values)
+
+    def _solution(self, tokens: np.ndarray) -> Any:
+        if self._torch is None:
+            return tokens
+        return self._tensor(tokens.astype(np.int64))
+
+    def _tensor(self, array: np.ndarray) -> Any:
+        tensor = self._torch.from_numpy(np.array(array))
+        return tensor if self._device is None else tensor.to(self._device)
+
     def __repr__(self) -> str:
+        """holo's format."""
+        motifs = ", ".join(f"motif_{i}: {m.tolist()}" for i, m in enumerate(self.motifs))
+        spacings = ", ".join(f"spacing_{i}: {s.tolist()}" for i, s in enumerate(self.spacings))
         return (
             f"Ehrlich(num_states={self.num_states}, dim={self.dim}, "
-            f"num_motifs={self.fn.config.num_motifs}, motifs={[m.tolist() for m in self.motifs]}, "
-            f"spacings={[s.tolist() for s in self.spacings]}, quantization={self.fn.config.q}, "
-            f"noise_std={self.noise_std}, negate={self.negate}, random_seed={self._random_seed})"
+            f"num_motifs={len(self.motifs)}, motifs=[{motifs}], spacings=[{spacings}], "
+            f"quantization={self._quantization}, noise_std={self.noise_std}, "
+            f"negate={self.negate}, random_seed={self._random_seed})"
         )
 
 
-def _as_int_array(X: Any) -> np.ndarray:
-    if hasattr(X, "detach"):
-        X = X.detach().cpu().numpy()
-    return np.asarray(X)
+def _resolve_backend(backend: Backend | None) -> ModuleType | None:
+    """The torch module for the torch backend, ``None`` for NumPy.
+
+    Raises:
+      ValueError: an unknown backend, or ``"torch"`` without torch.
+    """
+    if backend not in (None, "torch", "numpy"):
+        raise ValueError(f"backend must be 'torch', 'numpy' or None, got {backend!r}.")
+    if backend == "numpy":
+        return None
+    torch = _find_torch()
+    if torch is None and backend == "torch":
+        raise ValueError("backend='torch' needs torch: pip install torch (or the hf extra).")
+    return torch
+
+
+def _tokens(X: Any, num_states: int) -> Any:
+    """``X`` as the evaluator's integer tokens ``[..., L]``.
+
+    Integer arrays pass through unchanged (the evaluator validates shape and range); torch
+    tensors become NumPy; float arrays must hold finite exact integers and become int64 (holo
+    casts its input to float, and its optimizer keeps float particles).
+
+    Raises:
+      ValueError: float input with a non-integral or non-finite entry (the evaluator refuses
+        tokens outside ``[0, v)``).
+    """
+    if _is_torch_tensor(X):
+        torch = sys.modules["torch"]
+        X = X.detach()
+        if X.is_floating_point() and X.dtype not in (torch.float32, torch.float64):
+            X = X.to(torch.float32)  # float16 / bfloat16: exact in float32, unknown to NumPy
+        X = X.cpu().numpy()
+    elif isinstance(X, list | tuple):
+        X = np.asarray(X)
+    dtype = getattr(X, "dtype", None)
+    if dtype is None or not np.issubdtype(np.dtype(dtype), np.floating):
+        return X
+    if isinstance(X, jax.core.Tracer):
+        raise ValueError(
+            "the holo facade evaluates concrete inputs; inside a trace pass integer token ids "
+            "to llome_jax.ehrlich.evaluate."
+        )
+    host = np.asarray(X)
+    with np.errstate(invalid="ignore"):  # NaN / inf / huge values are caught just below
+        tokens = host.astype(np.int64)
+    inexact = tokens != host
+    if inexact.any():
+        bad = float(host[inexact].flat[0])
+        if np.isfinite(bad) and bad == round(bad):  # an integer too large for int64
+            raise ValueError(f"X holds token {bad!r} outside [0, {num_states}).")
+        raise ValueError(
+            f"X must hold integral token ids in [0, {num_states}): float input is accepted only "
+            f"when every entry is an exact integer, got {bad!r}."
+        )
+    return tokens
