@@ -3,6 +3,11 @@
 Subcommands live in :mod:`llome_jax.commands` (one module each, exposing ``NAME``, ``HELP``,
 ``add_arguments(parser)`` and ``run(args) -> int``) and are discovered here, so adding a command
 never touches this file. Command modules keep heavy imports inside ``run`` so ``--help`` is fast.
+
+Bad input (a ``ValueError``, an ``OSError`` such as a missing or unreadable file, a run directory
+in use) ends a command with one line ``llome-jax COMMAND: error: ...`` on stderr and exit code 2;
+the commands check their input before they write anything. A resume that has nothing to do
+(``rundir.NothingToDoError``) says so on stdout and exits 0.
 """
 
 from __future__ import annotations
@@ -60,11 +65,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return 0
+    from llome_jax.rundir import NothingToDoError, RunDirectoryInUseError
+
     try:
         return int(args._run(args) or 0)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"llome-jax {args.command}: error: {error}", file=sys.stderr)
+    except NothingToDoError as done:  # a resume asking for fewer rounds than the run holds
+        print(f"llome-jax {args.command}: {_one_line(done)}")
+        return 0
+    except (ValueError, OSError, RunDirectoryInUseError) as error:
+        # bad input (files included): one line, exit 2; the commands check before writing
+        print(f"llome-jax {args.command}: error: {_one_line(error)}", file=sys.stderr)
         return 2
+
+
+def _one_line(error: BaseException) -> str:
+    """An error message on one line (some libraries' messages span several)."""
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 if __name__ == "__main__":

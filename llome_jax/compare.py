@@ -6,7 +6,7 @@ per label, one run per seed), and summarises each group by the paper's measure, 
 regret after a number of oracle labels (paper, Section 5: "minimum regret ... as a function of the
 number of test function evaluations"), as the median and range over its runs.
 
-    runs = load_runs(["runs/marge_s0", "runs/marge_s1", "GA=runs/ga_*"])
+    runs = load_runs(["runs/marge_s0", "runs/marge_s1", "GA=runs/ga_round_*"])
     rows = summarise(runs, budget=common_budget(runs))
 
 ``llome-jax compare`` is the command line around it (a plot, ``curves.csv``, ``summary.csv``).
@@ -29,6 +29,7 @@ __all__ = [
     "common_budget",
     "load_runs",
     "method_label",
+    "problem_text",
     "summarise",
     "value_at",
 ]
@@ -97,7 +98,9 @@ def method_label(config: dict[str, Any]) -> str:
     return "LLOME-" + "-".join(f"{name}{count}" for name, count in phases)
 
 
-def _problem(config: dict[str, Any]) -> str:
+def problem_text(config: dict[str, Any]) -> str:
+    """What a run optimised, from its ``config.json``: ``"f2"``, ``"Ehr(8,16)-2-4-4 (instance
+    seed 3)"`` or ``"objective module:attr"``."""
     if config.get("objective"):
         return f"objective {config['objective']}"
     seed = config.get("instance_seed")
@@ -128,8 +131,9 @@ def load_runs(arguments: Sequence[str], *, allow_mixed: bool = False) -> list[Ru
     Raises:
       FileNotFoundError: an argument names no run directory, or a directory has no
         ``config.json`` or no finished round.
-      ValueError: the runs optimised different problems (unless ``allow_mixed``), or one path was
-        given twice.
+      ValueError: the runs optimised different problems (unless ``allow_mixed``), one path was
+        given twice, a directory is the GA's many-seeds output (``trace.csv``; not a run
+        directory), or a ``config.json`` is unreadable.
 
     Each curve is :meth:`RunDirectory.regret_curve` (``rounds.jsonl``, or ``evaluated.csv``
     where rounds lack the fields).
@@ -148,10 +152,18 @@ def load_runs(arguments: Sequence[str], *, allow_mixed: bool = False) -> list[Ru
         if not (path / directory.CONFIG).is_file():
             raise FileNotFoundError(f"{path} is not a run directory (no config.json).")
         config = directory.config()
+        if not directory.rounds_path.exists() and (path / "trace.csv").is_file():
+            raise ValueError(
+                f"{path} is a many-seeds GA directory (trace.csv, summary.json: `llome-jax ga` "
+                "without --rounds), not a run directory; compare reads the run directories of "
+                "`ga --rounds`, `llome` and `lambo2`. Leave it out (check glob patterns) or rerun "
+                "the GA with --rounds."
+            )
         records = directory.rounds()
         if not records:
-            raise FileNotFoundError(f"{path} has no finished round (rounds.jsonl is empty).")
-        loaded.append((label or method_label(config), directory, _problem(config), records))
+            where = "rounds.jsonl is empty" if directory.rounds_path.exists() else "no rounds.jsonl"
+            raise FileNotFoundError(f"{path} has no finished round ({where}).")
+        loaded.append((label or method_label(config), directory, problem_text(config), records))
     metric = "min_regret"
     if not all(r.get("min_regret") is not None for *_, records in loaded for r in records):
         metric = "best_value"

@@ -13,6 +13,8 @@ work alike for GA, LLOME and LaMBO-2:
 * :func:`leaf_keys`: every settable dotted key (for error messages and ``--help``).
 * :func:`parse_assignment`: ``"finetune.epochs=4"`` -> ``("finetune.epochs", 4)`` (the value is
   read as JSON when it parses, else kept as a string).
+* :func:`flatten` / :func:`merge`: layers of overrides (a preset, a saved run, ``--config``, the
+  command's flags, ``--set``) merged setting by setting, later layers winning.
 
 A *preset* is a nested dict of overrides applied to the defaults (``PRESETS`` in
 ``llome_jax.llome.presets`` and ``llome_jax.lambo2.optimizer``).
@@ -28,9 +30,11 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 __all__ = [
+    "flatten",
     "from_dict",
     "leaf_keys",
     "load_config_file",
+    "merge",
     "override",
     "parse_assignment",
     "to_dict",
@@ -221,6 +225,55 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _group(config: Any, dotted: str) -> Any:
+    """The nested configuration at ``dotted`` (e.g. ``"finetune"``), or ``None`` when ``dotted``
+    is not a group of settings of ``config``."""
+    current = config
+    for name in dotted.split("."):
+        if not dataclasses.is_dataclass(current) or name not in {
+            f.name for f in dataclasses.fields(current)
+        }:
+            return None
+        current = getattr(current, name)
+    return current if dataclasses.is_dataclass(current) else None
+
+
+def flatten(config: Any, overrides: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``overrides`` with the nested dicts of ``config``'s groups of settings spelled as dotted
+    keys (``{"finetune": {"epochs": 4}}`` -> ``{"finetune.epochs": 4}``); other keys (leaves,
+    unknown keys, which :func:`override` reports) are kept as they are.
+
+    Example:
+      >>> import dataclasses
+      >>> @dataclasses.dataclass(frozen=True)
+      ... class Inner:
+      ...     rate: float = 0.1
+      >>> @dataclasses.dataclass(frozen=True)
+      ... class Outer:
+      ...     inner: Inner = Inner()
+      >>> flatten(Outer(), {"inner": {"rate": 0.5}})
+      {'inner.rate': 0.5}
+    """
+    flat: dict[str, Any] = {}
+    for key, value in overrides.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and _group(config, path) is not None:
+            flat.update(flatten(config, value, f"{path}."))
+        else:
+            flat[path] = value
+    return flat
+
+
+def merge(config: Any, *layers: Mapping[str, Any] | None) -> dict[str, Any]:
+    """One dict of overrides from ``layers`` (each dotted keys and/or nested dicts), a setting
+    of a later layer replacing the same setting of an earlier one (and only that setting: the
+    other keys of a nested dict are kept). ``None`` layers are skipped."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        merged.update(flatten(config, layer or {}))
+    return merged
+
+
 def to_dict(config: Any) -> dict[str, Any]:
     """Nested JSON-friendly dict of ``config`` (tuples as lists)."""
     return _plain(config)
@@ -255,14 +308,18 @@ def load_config_file(path: str) -> dict[str, Any]:
     """Settings from a JSON or YAML file (``--config``): a (nested) dict of overrides.
 
     Raises:
-      FileNotFoundError: no such file. ValueError: not a mapping, or YAML without PyYAML.
+      FileNotFoundError: no such file. ValueError: unreadable, not valid JSON / YAML (one line
+        naming the file and the place), not a mapping, or YAML without PyYAML.
     """
     import pathlib
 
     file = pathlib.Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"--config {file}: no such file")
-    text = file.read_text()
+    try:
+        text = file.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"--config {file}: cannot read it ({err})") from None
     if file.suffix.lower() in (".yaml", ".yml"):
         try:
             import yaml
@@ -270,7 +327,10 @@ def load_config_file(path: str) -> dict[str, Any]:
             raise ValueError(
                 f"--config {file}: reading YAML needs PyYAML (pip install pyyaml)"
             ) from None
-        data = yaml.safe_load(text)
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ValueError(f"--config {file}: not valid YAML ({_yaml_problem(err)})") from None
     else:
         try:
             data = json.loads(text)
@@ -281,3 +341,11 @@ def load_config_file(path: str) -> dict[str, Any]:
             f"--config {file}: expected a mapping of settings, got {type(data).__name__}"
         )
     return dict(data)
+
+
+def _yaml_problem(error: Exception) -> str:
+    """A PyYAML error on one line: its problem and where (PyYAML's own text spans lines)."""
+    problem = getattr(error, "problem", None) or str(error)
+    mark = getattr(error, "problem_mark", None)
+    where = "" if mark is None else f" at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(f"{problem}{where}".split())

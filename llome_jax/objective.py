@@ -356,18 +356,65 @@ def ehrlich_objective(function: str, instance_seed: int | None = None) -> Object
 
 
 def objective_config(config: dict[str, Any], objective: Objective | None) -> dict[str, Any]:
-    """``config.json``'s configuration of a run: ``config`` itself without a custom objective;
-    with one, ``function`` / ``instance_seed`` (which it replaces) give way to ``"objective"``
-    (its ``source`` ``"module:attr"``, else its name) and ``"objective_info"``
-    (:meth:`Objective.describe`), so a resume on another objective is refused."""
+    """``config.json``'s configuration of a run, pinned to the function it optimises.
+
+    Without a custom objective: ``config`` plus ``"function_digest"``
+    (``ehrlich.instances.function_digest`` of ``config["function"]`` / ``"instance_seed"``: the
+    instance's arrays and start sequence), so a resume on another instance behind the same name
+    (an instance file replaced) is refused. With one, ``function`` / ``instance_seed`` (which it
+    replaces) give way to ``"objective"`` (its ``source`` ``"module:attr"``, else its name),
+    ``"objective_info"`` (:meth:`Objective.describe`) and, where something identifies its code or
+    data, ``"objective_digest"`` (:func:`_objective_digest`), so a resume on another objective, or
+    on an edited module, is refused.
+    """
     if objective is None:
-        return config
+        if config.get("function") is None:
+            return config
+        from llome_jax.ehrlich.instances import function_digest
+
+        digest = function_digest(config["function"], config.get("instance_seed"))
+        return {**config, "function_digest": digest}
     rest = {k: v for k, v in config.items() if k not in ("function", "instance_seed")}
-    return {
+    pinned = {
         **rest,
         "objective": objective.source or objective.name,
         "objective_info": objective.describe(),
     }
+    digest = _objective_digest(objective)
+    return pinned if digest is None else {**pinned, "objective_digest": digest}
+
+
+def _objective_digest(objective: Objective) -> str | None:
+    """``"sha256:<hex>"`` identifying a custom objective beyond its name: the Ehrlich instance
+    and start sequence of :meth:`Objective.from_ehrlich`, else the file of the module its
+    ``source`` (``"module:attr"``) names (a ``path/to/file.py`` or an importable module's file).
+    ``None`` when neither exists (an objective built in Python, a module without a file)."""
+    import hashlib
+
+    if objective.is_ehrlich:
+        from llome_jax.ehrlich.instances import instance_digest
+
+        return instance_digest(objective.ehrlich, objective.x0)
+    if not objective.source or ":" not in objective.source:
+        return None
+    module_name = objective.source.rsplit(":", 1)[0]
+    if module_name.endswith(".py") or "/" in module_name or "\\" in module_name:
+        path = pathlib.Path(module_name)
+    else:
+        module = sys.modules.get(module_name)
+        origin = getattr(module, "__file__", None)
+        if origin is None:
+            try:
+                spec = importlib.util.find_spec(module_name)
+            except (ImportError, ValueError):
+                spec = None
+            origin = None if spec is None else spec.origin
+        if origin is None:
+            return None
+        path = pathlib.Path(origin)
+    if not path.is_file():
+        return None
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def as_objective(fn: Any) -> Objective:

@@ -2,7 +2,10 @@
 
 A run directory holds
 
-* ``config.json`` — the run's configuration (a resume with a different one is refused);
+* ``config.json`` — the run's configuration (a resume with a different one is refused), pinned
+  to the function it optimises (``function_digest`` / ``objective_digest``: a resume on another
+  instance behind the same name is refused) and never contradicting the data: ``rounds`` is the
+  largest target ever asked for, so a resume never lowers it;
 * ``rounds.jsonl`` — one JSON object per round with the fields ``ROUND_FIELDS``;
 * ``evaluated.csv`` — every labelled sequence: ``round,sequence,value`` (sequence as a quoted
   comma-separated list, value as a float with ``-inf`` for infeasible);
@@ -28,11 +31,12 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import math
 import os
 import pathlib
-import tempfile
+import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -42,6 +46,7 @@ from llome_jax.metrics import frac_unique, mean_hamming_to_nearest, regret, roun
 
 __all__ = [
     "ROUND_FIELDS",
+    "NothingToDoError",
     "RunDirectory",
     "atomic_write_text",
     "draw_regret_curves",
@@ -49,6 +54,7 @@ __all__ = [
     "mean_hamming_to_nearest",
     "plot_options",
     "plot_regret_curves",
+    "read_config",
     "regret",
     "round_metrics",
     "sequence_from_string",
@@ -76,17 +82,46 @@ ROUND_FIELDS: tuple[str, ...] = (
 # Files
 # ---------------------------------------------------------------------------------------------
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temporary file + rename)."""
+    """Write ``text`` to ``path`` atomically (temporary file + rename), with the permissions of
+    an ordinary new file (``0o666`` less the umask; ``tempfile.mkstemp``'s ``0o600`` would
+    make ``config.json`` unreadable to the rest of a group)."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    while True:
+        temporary = path.parent / f".{path.name}.{secrets.token_hex(8)}"
+        try:
+            handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:  # pragma: no cover - 64 random bits
+            continue
     try:
-        with os.fdopen(handle, "w") as stream:
+        with os.fdopen(handle, "w", newline="") as stream:
             stream.write(text)
         os.replace(temporary, path)
     except BaseException:
-        pathlib.Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
+
+
+def read_config(path: str | os.PathLike) -> dict[str, Any]:
+    """A run's ``config.json`` (or any JSON object file) as a dict.
+
+    Raises:
+      FileNotFoundError: no such file. ValueError: unreadable, not JSON, or not a JSON object;
+        the message names the file.
+    """
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(
+            f"{path} is not readable JSON ({error}); restore it or start a new run"
+        ) from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} holds a JSON {type(data).__name__}, not a run configuration")
+    return data
 
 
 def sequence_to_string(sequence: Iterable[int]) -> str:
@@ -127,6 +162,11 @@ class RunDirectoryInUseError(RuntimeError):
     """Another process holds the run directory's lock (it is running or resuming that run)."""
 
 
+class NothingToDoError(ValueError):
+    """A resume asked for fewer rounds than the run directory already holds: nothing is run and
+    nothing is written (the command line reports it and exits 0)."""
+
+
 def _acquire_lock(directory: pathlib.Path) -> Any:
     """An open file on ``directory/.lock`` with an exclusive, non-blocking ``flock`` on it.
 
@@ -149,6 +189,53 @@ def _acquire_lock(directory: pathlib.Path) -> Any:
     return handle
 
 
+def _short(digest: Any) -> str:
+    return str(digest).removeprefix("sha256:")[:12] if digest else "none"
+
+
+def _changed_function(
+    directory: pathlib.Path, saved: Mapping[str, Any], config: Mapping[str, Any], keys: list[str]
+) -> str:
+    """The one-line refusal of a resume whose settings match but whose function does not."""
+    digests = "; ".join(
+        f"{key} {_short(saved.get(key))} saved, {_short(config.get(key))} now" for key in keys
+    )
+    if "objective" in config:
+        what = f"objective {config['objective']!r} is not the one the run used (its code changed)"
+    else:
+        seed = config.get("instance_seed")
+        what = f"function {config.get('function')!r}" + (
+            "" if seed is None else f" (instance seed {seed})"
+        )
+        what += " now gives another Ehrlich instance than the run used"
+    return (
+        f"cannot resume {directory}: the {what} ({digests}). Restore the original or start a "
+        "new --out."
+    )
+
+
+def _resumed_rounds(
+    run_dir: RunDirectory, saved: Mapping[str, Any], config: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``{"rounds": target}`` for a resumed ``config.json``: the larger of the saved and the
+    requested target (``{}`` when either is not an integer).
+
+    Raises:
+      NothingToDoError: the request is below the last round ``rounds.jsonl`` holds.
+    """
+    requested, target = config.get("rounds"), saved.get("rounds")
+    if not isinstance(requested, int) or not isinstance(target, int):
+        return {}
+    done = [r.get("round") for r in run_dir.rounds() if isinstance(r.get("round"), int)]
+    if done and requested < max(done):
+        raise NothingToDoError(
+            f"nothing to do: {run_dir.path} already has {max(done)} rounds (asked for "
+            f"{requested}; its target is {target}); config.json is unchanged. Pass --rounds N "
+            f"with N > {max(done)} to run more."
+        )
+    return {"rounds": max(requested, target)}
+
+
 @dataclasses.dataclass
 class RunDirectory:
     """A run directory (see the module docstring). Create it with :meth:`create`."""
@@ -161,6 +248,12 @@ class RunDirectory:
     EVALUATED = "evaluated.csv"
     REGRET_PLOT = "regret.png"
     LOCK = ".lock"
+    #: keys that pin the function a run optimises (``objective.objective_config``). A run made
+    #: before they were recorded lacks them: its resume adopts the current value (not recorded
+    #: then, so not comparable) and records it from then on.
+    PINNING_KEYS = ("function_digest", "objective_digest")
+    #: lists a resume appends to instead of comparing (one entry per invocation).
+    APPENDED_KEYS = ("provenance",)
 
     @classmethod
     def create(
@@ -191,13 +284,24 @@ class RunDirectory:
           lock: hold an exclusive lock on the directory until :meth:`release` (taken after the
             checks, before ``config.json`` is written).
 
+        On resume, ``config.json`` never contradicts the data: an integer ``rounds`` is stored as
+        the larger of the saved and the requested target, and a request below the rounds
+        ``rounds.jsonl`` already holds raises :class:`NothingToDoError`. Keys of
+        :attr:`APPENDED_KEYS` (``provenance``) are appended to the saved lists, and
+        :attr:`PINNING_KEYS` missing from an older ``config.json`` are adopted (not recorded).
+
         Raises:
-          ValueError: on a configuration mismatch or an existing run without ``resume``; nothing is
-            written in that case.
+          ValueError: on a configuration mismatch (a changed function is named as such), an
+            unreadable ``config.json``, a path that is a file, or an existing run without
+            ``resume``; nothing is written in that case.
+          NothingToDoError: a resume asking for fewer rounds than the directory holds; nothing
+            is written.
           RunDirectoryInUseError: ``lock`` while another process holds the lock; nothing is written
             but the empty lock file.
         """
         directory = pathlib.Path(path)
+        if directory.exists() and not directory.is_dir():
+            raise ValueError(f"{directory} is a file, not a run directory; choose another --out.")
         config = _normalise(dict(config))
         config_path = directory / cls.CONFIG
         if resume:
@@ -205,16 +309,27 @@ class RunDirectory:
                 raise ValueError(
                     f"cannot resume: {config_path} does not exist (start without --resume)."
                 )
-            saved = json.loads(config_path.read_text())
+            saved = read_config(config_path)
+            for key in cls.PINNING_KEYS:
+                if key not in saved and key in config:
+                    saved[key] = config[key]
+            appended = {
+                key: [*saved.get(key, []), *config[key]]
+                for key in cls.APPENDED_KEYS
+                if isinstance(config.get(key), list) and isinstance(saved.get(key, []), list)
+            }
             for key, value in _normalise(dict(legacy_values or {})).items():
                 saved.setdefault(key, value)
             if upgrade is not None:
                 saved = _normalise(upgrade(saved))
+            ignored = set(mutable_keys) | set(cls.APPENDED_KEYS)
             differing = sorted(
                 key
                 for key in set(saved) | set(config)
-                if key not in mutable_keys and saved.get(key) != config.get(key)
+                if key not in ignored and saved.get(key) != config.get(key)
             )
+            if differing and set(differing) <= set(cls.PINNING_KEYS):
+                raise ValueError(_changed_function(directory, saved, config, differing))
             if differing:
                 details = "; ".join(
                     f"{k}: saved {saved.get(k)!r} vs now {config.get(k)!r}" for k in differing
@@ -223,6 +338,8 @@ class RunDirectory:
                     f"cannot resume {directory}: the configuration differs ({details}). Use the "
                     "original settings or a new --out directory."
                 )
+            config.update(appended)
+            config.update(_resumed_rounds(cls(directory), saved, config))
         elif config_path.exists() or (directory / cls.ROUNDS).exists():
             raise ValueError(
                 f"{directory} already holds a run; pass --resume to continue it or choose another --out."
@@ -253,7 +370,8 @@ class RunDirectory:
         return self.path / self.EVALUATED
 
     def config(self) -> dict[str, Any]:
-        return json.loads((self.path / self.CONFIG).read_text())
+        """``config.json`` (:func:`read_config`: a clear error naming the file if unreadable)."""
+        return read_config(self.path / self.CONFIG)
 
     # ------------------------------------------------------------------ logging
     def log_evaluated(self, round_index: int, sequences: Any, values: Any) -> None:
@@ -292,12 +410,9 @@ class RunDirectory:
             with open(self.evaluated_path, newline="") as stream:
                 rows = list(csv.reader(stream))
             header, body = rows[0], [r for r in rows[1:] if int(r[0]) <= to_round]
-            lines = [header, *body]
-            with tempfile.NamedTemporaryFile(
-                "w", dir=self.path, delete=False, newline="", prefix=".evaluated."
-            ) as stream:
-                csv.writer(stream).writerows(lines)
-            os.replace(stream.name, self.evaluated_path)
+            text = io.StringIO(newline="")
+            csv.writer(text).writerows([header, *body])
+            atomic_write_text(self.evaluated_path, text.getvalue())
 
     # ------------------------------------------------------------------ reading
     def rounds(self) -> list[dict[str, Any]]:
@@ -352,16 +467,32 @@ class RunDirectory:
         ylim: tuple[float, float] | None = (-0.02, 1.02),
     ) -> pathlib.Path:
         """Write ``regret.png``: :meth:`regret_curve` (min simple regret, or with
-        ``metric="best_value"`` the best value, vs evaluations; ``ylim=None``: automatic)."""
-        name = label or self.config().get("optimizer", "run")
+        ``metric="best_value"`` the best value, vs evaluations; ``ylim=None``: automatic).
+
+        Legend and heading come from ``config.json`` whenever it names the optimizer, so every
+        optimizer's plot reads alike and matches ``llome-jax compare``: the legend is the method
+        as compare names it (``compare.method_label``, e.g. ``LLOME-MargE``), the heading
+        ``"<method> on <problem>, run seed <s>"`` with the problem's instance seed where it has
+        one. ``label`` and ``title`` serve a directory whose ``config.json`` names no optimizer.
+        """
+        config = self.config() if (self.path / self.CONFIG).is_file() else {}
+        name, heading = label or "run", title or str(self.path.name)
+        if config.get("optimizer"):
+            from llome_jax.compare import method_label, problem_text
+
+            name = method_label(config)
+            heading = f"{name} on {problem_text(config)}"
+            if config.get("seed") is not None:
+                heading += f", run seed {config['seed']}"
         target = self.path / self.REGRET_PLOT
         plot_regret_curves(
             {name: [self.regret_curve(metric)]},
             target,
-            title=title or str(self.path.name),
+            title=heading,
             log_x=log_x,
             ylabel="min simple regret" if metric == "min_regret" else "best value",
             ylim=ylim,
+            unit=None,
         )
         return target
 
@@ -377,7 +508,9 @@ def plot_options(objective: Any) -> dict[str, Any]:
     return {"ylim": None}
 
 
-def draw_regret_curves(axis: Any, curves: Mapping[str, Sequence[tuple[Any, Any]]]) -> None:
+def draw_regret_curves(
+    axis: Any, curves: Mapping[str, Sequence[tuple[Any, Any]]], *, unit: str | None = "run"
+) -> None:
     """Draw median and spread (min-max and interquartile bands) over seeds on a matplotlib axis.
 
     Args:
@@ -385,6 +518,8 @@ def draw_regret_curves(axis: Any, curves: Mapping[str, Sequence[tuple[Any, Any]]
       curves: method name -> list of ``(evaluations [T], min_regret [T])`` per seed; seeds may have
         different lengths (each curve is a step function that ends where its run ended; the
         median is drawn while at least half of the seeds are still running).
+      unit: what one curve is, for the legend (``"GA, 3 runs"``; ``"seed"``: ``"GA, 3 seeds"``);
+        ``None``: the name alone (a plot of one run).
     """
     import warnings
 
@@ -404,9 +539,8 @@ def draw_regret_curves(axis: Any, curves: Mapping[str, Sequence[tuple[Any, Any]]
             median = np.nanmedian(stacked, axis=0)
             low, high = np.nanmin(stacked, axis=0), np.nanmax(stacked, axis=0)
             q25, q75 = np.nanpercentile(stacked, [25, 75], axis=0)
-        (line,) = axis.step(
-            grid[alive], median[alive], where="post", label=f"{name} (n={len(runs)})"
-        )
+        count = "" if unit is None else f", {len(runs)} {unit}{'' if len(runs) == 1 else 's'}"
+        (line,) = axis.step(grid[alive], median[alive], where="post", label=f"{name}{count}")
         if len(runs) > 1:
             color = line.get_color()
             axis.fill_between(
@@ -426,16 +560,17 @@ def plot_regret_curves(
     xlabel: str = "number of evaluations",
     log_x: bool = True,
     ylim: tuple[float, float] | None = (-0.02, 1.02),
+    unit: str | None = "run",
 ) -> pathlib.Path:
-    """One regret-vs-evaluations figure (see :func:`draw_regret_curves`) saved as a PNG
-    (``ylim=None``: automatic y limits)."""
+    """One regret-vs-evaluations figure (see :func:`draw_regret_curves`, ``unit`` included)
+    saved as a PNG (``ylim=None``: automatic y limits)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(6.4, 4.2), dpi=120)
-    draw_regret_curves(axis, curves)
+    draw_regret_curves(axis, curves, unit=unit)
     if log_x:
         axis.set_xscale("log")
     axis.set_xlabel(xlabel)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import pathlib
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -158,8 +157,11 @@ def run(
         round raises.
 
     Raises:
-      ValueError: ``resume`` on a directory holding a different configuration, or a new run in a
+      ValueError: ``resume`` on a directory holding a different configuration (or another
+        function behind the same name: ``config.json``'s ``function_digest``), or a new run in a
         directory that holds one; nothing is written then.
+      rundir.NothingToDoError: ``resume`` with fewer rounds than the directory already holds;
+        nothing is written (``config.json`` keeps the largest target ever asked for).
       rundir.RunDirectoryInUseError: another process is running in ``out`` (it holds the directory's
         lock); nothing is written then.
     """
@@ -167,11 +169,8 @@ def run(
     from llome_jax.rundir import RunDirectory
 
     config = {"optimizer": optimizer.name, **optimizer.config_dict(), **dict(extra_config or {})}
-    saved = pathlib.Path(out) / RunDirectory.CONFIG
-    history = (
-        json.loads(saved.read_text()).get("provenance", []) if resume and saved.exists() else []
-    )
-    config["provenance"] = [*history, provenance()]  # one entry per invocation; never compared
+    # one provenance entry per invocation: a resume appends it to the saved ones (never compared)
+    config["provenance"] = [provenance()]
     run_dir = RunDirectory.create(
         out,
         config,

@@ -7,28 +7,46 @@
 ``run_overrides`` turns them into configuration overrides (only what was given, so a preset keeps
 its own function and number of rounds). ``--config FILE`` and ``--set KEY=VALUE`` reach every
 setting of the optimizer's configuration (dotted keys into the nested configurations, as
-``--print-config`` shows them); :func:`apply_settings` applies them after the preset and the
-other flags. ``--tracker tensorboard|wandb`` (repeatable) sends each round's record to TensorBoard
-(``<out>/tensorboard/``) and/or W&B (offline, ``<out>/wandb/``): :func:`make_trackers`.
+``--print-config`` shows them). ``--tracker tensorboard|wandb`` (repeatable) sends each round's
+record to TensorBoard (``<out>/tensorboard/``) and/or W&B (offline, ``<out>/wandb/``):
+:func:`make_trackers`.
+
+**Precedence** (:func:`apply_settings`), lowest first: the preset (or the command's defaults) <
+the run's own ``config.json`` (with ``--resume``) < ``--config FILE`` < the flags given on the
+command line < ``--set``. So ``--resume --out DIR`` alone continues a run with its saved
+configuration (function, objective and preset included); flags given beside it override it, and
+the settings they change are printed. A flag that is not given never overrides anything: the
+commands' flags default to ``None`` and their documented defaults live in the configurations.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
+import json
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 __all__ = [
     "add_run_arguments",
     "apply_settings",
+    "check_out",
     "make_trackers",
     "objective_argument",
     "print_config_or_require_out",
     "run_overrides",
+    "saved_run_config",
 ]
 
 #: keys of a run's ``config.json`` that are not settings: ``--config`` accepts such a file
-_NOT_SETTINGS = ("optimizer", "provenance", "loss", "objective", "objective_info")
+_NOT_SETTINGS = (
+    "optimizer",
+    "provenance",
+    "loss",
+    "objective",
+    "objective_info",
+    "function_digest",
+    "objective_digest",
+)
 
 
 def add_run_arguments(
@@ -65,16 +83,21 @@ def add_run_arguments(
     if presets is not None:
         parser.add_argument(
             "--preset",
-            default="cpu",
+            default=None,
             choices=list(presets),
-            help=f"{' | '.join(presets)} (default cpu: {preset_help})",
+            help=f"{' | '.join(presets)} (default cpu: {preset_help}; with --resume: the run's)",
         )
     parser.add_argument(
         "--rounds", type=int, default=None, help=rounds_help or f"{what} rounds (preset: 10)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    parser.add_argument("--seed", type=int, default=None, help="run seed (default 0)")
     parser.add_argument("--out", default=None, help="run directory (required to run)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out with its saved configuration (config.json); flags given "
+        "beside it override it (the changes are printed)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars / lines")
     parser.add_argument(
         "--print-config",
@@ -86,7 +109,7 @@ def add_run_arguments(
         metavar="FILE",
         default=None,
         help="settings from a JSON or YAML file: nested as --print-config shows them, or dotted "
-        "keys; a run's config.json works. Applied after the preset and the other flags",
+        "keys; a run's config.json works. Precedence: preset < --config < the other flags < --set",
     )
     parser.add_argument(
         "--set",
@@ -95,7 +118,7 @@ def add_run_arguments(
         default=[],
         metavar="KEY=VALUE",
         help="one setting, dotted into nested configurations (e.g. finetune.epochs=4; the value "
-        "is read as JSON, else as a string); repeatable; applied last",
+        "is read as JSON, else as a string); repeatable; applied last (over every other flag)",
     )
     parser.add_argument(
         "--tracker",
@@ -109,7 +132,8 @@ def add_run_arguments(
 
 
 def run_overrides(args: argparse.Namespace, presets: Iterable[str]) -> dict[str, Any]:
-    """``seed`` and, where given, ``function``/``instance_seed`` and ``rounds``.
+    """The configuration overrides of the common flags that were given: ``seed``,
+    ``function``/``instance_seed`` and ``rounds`` (a flag left out overrides nothing).
 
     Raises:
       ValueError: unknown preset, ``--rounds < 1``, ``--instance-seed`` without ``--function``,
@@ -118,9 +142,12 @@ def run_overrides(args: argparse.Namespace, presets: Iterable[str]) -> dict[str,
     from llome_jax import ehrlich
 
     presets = sorted(presets)
-    if args.preset not in presets:
-        raise ValueError(f"unknown preset {args.preset!r}; choose one of {presets}")
-    overrides: dict[str, Any] = {"seed": args.seed}
+    preset = getattr(args, "preset", None)
+    if preset is not None and preset not in presets:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {presets}")
+    overrides: dict[str, Any] = {}
+    if getattr(args, "seed", None) is not None:
+        overrides["seed"] = args.seed
     if args.function is not None:
         ehrlich.resolve_function(args.function, args.instance_seed)  # a clear error if bad
         overrides.update(function=args.function, instance_seed=args.instance_seed)
@@ -133,9 +160,70 @@ def run_overrides(args: argparse.Namespace, presets: Iterable[str]) -> dict[str,
     return overrides
 
 
-def apply_settings(args: argparse.Namespace, optimizer: str, config: Any) -> Any:
-    """``config`` with the settings of ``--config FILE`` and then of every ``--set KEY=VALUE``
-    (``config.replace``: dotted keys or nested dicts; see ``llome_jax.configs``).
+def check_out(path: str | None) -> None:
+    """Refuse an ``--out`` that names an existing file (a run directory is a directory).
+
+    Raises:
+      ValueError: ``path`` exists and is not a directory.
+    """
+    import pathlib
+
+    if path is not None and pathlib.Path(path).exists() and not pathlib.Path(path).is_dir():
+        raise ValueError(f"--out {path} is a file, not a directory; choose another --out")
+
+
+def saved_run_config(args: argparse.Namespace, optimizer: str | None = None) -> dict[str, Any]:
+    """With ``--resume``: the run's ``config.json`` in ``--out`` (read once per command);
+    ``{}`` without ``--resume``.
+
+    Raises:
+      ValueError: ``--resume`` without ``--out``, no run there, an unreadable ``config.json``
+        (the message names it), or a run of another optimizer than ``optimizer``.
+    """
+    import pathlib
+
+    from llome_jax.rundir import RunDirectory, read_config
+
+    if not getattr(args, "resume", False):
+        return {}
+    cached = getattr(args, "_saved_run_config", None)
+    if cached is None:
+        if args.out is None:
+            raise ValueError("--resume continues the run in --out DIR: pass --out")
+        check_out(args.out)
+        path = pathlib.Path(args.out) / RunDirectory.CONFIG
+        if not path.is_file():
+            raise ValueError(f"cannot resume: {path} does not exist (start without --resume).")
+        cached = read_config(path)
+        args._saved_run_config = cached
+    made_for = cached.get("optimizer")
+    if optimizer is not None and made_for not in (None, optimizer):
+        raise ValueError(
+            f"cannot resume {args.out} with {optimizer}: it holds a {made_for!r} run "
+            f"(llome-jax {made_for} --resume --out {args.out})"
+        )
+    return cached
+
+
+def apply_settings(
+    args: argparse.Namespace,
+    optimizer: str,
+    config: Any,
+    flags: Mapping[str, Any] | None = None,
+    *,
+    upgrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    not_settings: Iterable[str] = (),
+) -> Any:
+    """``config`` (the preset, or the command's defaults) with, in this order, the settings of
+    the run's ``config.json`` (``--resume``; through ``upgrade``, the optimizer's reading of an
+    older file), of ``--config FILE``, the ``flags`` given on the command line and every
+    ``--set KEY=VALUE``; a later layer wins setting by setting (``configs.merge``), and the
+    result is built once (``config.replace``), so only the final combination is validated.
+    On resume, the settings that differ from the saved ones are printed (one line).
+
+    Args:
+      not_settings: more keys of a saved ``config.json`` or ``--config`` file that are not
+        settings of ``config`` (e.g. LaMBO-2's ``preset``).
 
     Raises:
       ValueError / FileNotFoundError: an unreadable file, a file made for another optimizer, an
@@ -144,7 +232,12 @@ def apply_settings(args: argparse.Namespace, optimizer: str, config: Any) -> Any
     """
     from llome_jax import configs
 
-    settings: dict[str, Any] = {}
+    skipped = (*_NOT_SETTINGS, *not_settings)
+    saved = saved_run_config(args, optimizer)
+    if saved and upgrade is not None:
+        saved = upgrade(dict(saved))
+    saved_settings = {k: v for k, v in saved.items() if k not in skipped}
+    from_file: dict[str, Any] = {}
     if getattr(args, "config", None):
         loaded = configs.load_config_file(args.config)
         made_for = loaded.get("optimizer", optimizer)
@@ -152,31 +245,61 @@ def apply_settings(args: argparse.Namespace, optimizer: str, config: Any) -> Any
             raise ValueError(
                 f"--config {args.config} holds a {made_for!r} configuration, not {optimizer!r}"
             )
-        settings.update({k: v for k, v in loaded.items() if k not in _NOT_SETTINGS})
-    for item in getattr(args, "settings", None) or []:
-        key, value = configs.parse_assignment(item)
-        settings[key] = value
-    return config.replace(**settings) if settings else config
+        from_file = {k: v for k, v in loaded.items() if k not in skipped}
+    assigned = dict(
+        configs.parse_assignment(item) for item in getattr(args, "settings", None) or []
+    )
+    settings = configs.merge(config, saved_settings, from_file, flags, assigned)
+    result = config.replace(**settings) if settings else config
+    if saved_settings and not getattr(args, "print_config", False):
+        changes = _changes(configs, result, saved_settings)
+        if changes:
+            print(f"resuming {args.out} with changed settings: {changes}")
+    return result
+
+
+def _changes(configs: Any, config: Any, saved: Mapping[str, Any]) -> str:
+    """``"rounds: 3 -> 5; seed: 0 -> 1"`` for the settings of ``config`` that differ from the
+    ``saved`` ones ("" when none do)."""
+    before = configs.flatten(config, saved)
+    after = configs.flatten(config, config.to_dict())
+    text = []
+    for key, old in before.items():
+        new = after.get(key, old)
+        if json.dumps(old, sort_keys=True, default=list) != json.dumps(
+            new, sort_keys=True, default=list
+        ):
+            text.append(
+                f"{key}: {json.dumps(old, default=list)} -> {json.dumps(new, default=list)}"
+            )
+    return "; ".join(text)
 
 
 def print_config_or_require_out(
-    args: argparse.Namespace, optimizer: str, config: Any, extra: dict[str, Any] | None = None
+    args: argparse.Namespace,
+    optimizer: str,
+    config: Any,
+    extra: dict[str, Any] | None = None,
+    objective: Any = None,
 ) -> bool:
-    """With ``--print-config``: print ``{"optimizer", **config.to_dict(), **extra}`` (what the
-    run's ``config.json`` records, provenance aside) and return True (the command exits);
-    otherwise check that ``--out`` was given and return False.
+    """With ``--print-config``: print what the run's ``config.json`` would record, provenance
+    aside (``{"optimizer", **objective_config(config.to_dict(), objective), **extra}``: the
+    function's digest, or the objective's name, description and digest) and return True (the
+    command exits); otherwise check ``--out`` (given, not a file) and return False.
 
     Raises:
-      ValueError: neither ``--print-config`` nor ``--out``.
+      ValueError: neither ``--print-config`` nor ``--out``, or ``--out`` names a file.
     """
-    import json
+    from llome_jax.objective import objective_config
 
     if args.print_config:
-        shown = {"optimizer": optimizer, **config.to_dict(), **(extra or {})}
+        recorded = objective_config(config.to_dict(), objective)
+        shown = {"optimizer": optimizer, **recorded, **(extra or {})}
         print(json.dumps(shown, indent=1, default=list))
         return True
     if args.out is None:
         raise ValueError("--out DIR is required (or --print-config to show the configuration)")
+    check_out(args.out)
     return False
 
 
@@ -194,15 +317,27 @@ def make_trackers(args: argparse.Namespace) -> list[Any]:
         raise ValueError(str(error)) from error
 
 
-def objective_argument(args: argparse.Namespace) -> Any:
+def objective_argument(args: argparse.Namespace, optimizer: str | None = None) -> Any:
     """The :class:`~llome_jax.objective.Objective` of ``--objective MODULE:ATTR`` (``None``
-    without the flag), loaded before anything is written.
+    without the flag), loaded before anything is written. With ``--resume`` and neither
+    ``--objective`` nor ``--function``, the objective the run recorded (``config.json``'s
+    ``"objective"``); ``args.objective`` is set to it.
 
     Raises:
-      ValueError: the module does not import, the attribute does not give an Objective, or
-        ``--instance-seed`` was given with it (one clear message; the CLI exits with code 2).
+      ValueError: the module does not import, the attribute does not give an Objective,
+        ``--instance-seed`` was given with it, or the run to resume optimised an objective built
+        in Python (no ``MODULE:ATTR`` to load) (one clear message; the CLI exits with code 2).
     """
     spec = getattr(args, "objective", None)
+    if spec is None and getattr(args, "function", None) is None:
+        recorded = saved_run_config(args, optimizer).get("objective")
+        if recorded is not None:
+            if ":" not in str(recorded):
+                raise ValueError(
+                    f"cannot resume {args.out}: it optimised the objective {recorded!r} given in "
+                    "Python (no MODULE:ATTR recorded); resume it from Python"
+                )
+            spec = args.objective = str(recorded)
     if spec is None:
         return None
     if getattr(args, "instance_seed", None) is not None:

@@ -47,10 +47,12 @@ def run(args: argparse.Namespace) -> int:
     import csv
     import pathlib
 
+    from llome_jax.commands._common import check_out
     from llome_jax.compare import common_budget, load_runs, summarise
 
     if args.budget is not None and min(args.budget) < 1:
         raise ValueError(f"--budget must be >= 1, got {min(args.budget)}.")
+    check_out(args.out)
     runs = load_runs(args.runs, allow_mixed=args.allow_mixed)
     budgets = args.budget or [common_budget(runs)]
     metric = runs[0].metric

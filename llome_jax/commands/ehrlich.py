@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import sys
 
 NAME = "ehrlich"
@@ -86,15 +87,24 @@ def describe_instance(fn) -> dict:
     }
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
 def _parse_line(line: str, alphabet: str | None = None) -> list[int]:
-    """``"3,1,0,5"`` (or ``"[3, 1, 0, 5]"``) -> ``[3, 1, 0, 5]``; with ``alphabet`` ``"CAD"`` ->
-    the characters' positions in it. ``ValueError`` on anything else."""
+    """``"3,1,0,5"`` (or ``"[3, 1, 0, 5]"``, spaces around the commas allowed) -> ``[3, 1, 0, 5]``;
+    with ``alphabet`` ``"CAD"`` -> the characters' positions in it. ``ValueError`` on anything
+    else: a token must be one decimal integer (``"1 5"`` is not ``15``)."""
     if alphabet is not None:
         if any(c not in alphabet for c in line.strip()):
             raise ValueError("a character outside the alphabet")
         return [alphabet.index(c) for c in line.strip()]
-    cleaned = line.strip().strip("[]")
-    return [int(token) for token in cleaned.replace(" ", "").split(",") if token != ""]
+    cleaned = line.strip().removeprefix("[").removesuffix("]")
+    tokens = [token.strip() for token in cleaned.split(",")]
+    if tokens and tokens[-1] == "":  # a trailing comma
+        tokens.pop()
+    if not tokens or not all(_INTEGER.fullmatch(token) for token in tokens):
+        raise ValueError("not a list of integers")
+    return [int(token) for token in tokens]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -134,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
             if not line.strip():
                 continue
             try:
-                rows.append(_parse_line(line, alphabet))
+                row = _parse_line(line, alphabet)
             except ValueError:
                 what = (
                     f"a string of the --alphabet {alphabet!r}"
@@ -142,6 +152,13 @@ def run(args: argparse.Namespace) -> int:
                     else "a comma-separated list of integers"
                 )
                 raise ValueError(f"{args.input}:{number}: not {what}") from None
+            outside = [state for state in row if not 0 <= state < fn.config.num_states]
+            if outside:  # before any array conversion (a huge integer would overflow int64)
+                raise ValueError(
+                    f"{args.input}:{number}: state {outside[0]} is outside [0, "
+                    f"{fn.config.num_states}) of {fn.config.name}"
+                )
+            rows.append(row)
     if not rows:
         raise ValueError(f"{args.input}: no sequences found")
     lengths = {len(r) for r in rows}

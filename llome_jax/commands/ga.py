@@ -7,9 +7,11 @@ import argparse
 from llome_jax.commands._common import (
     add_run_arguments,
     apply_settings,
+    check_out,
     make_trackers,
     objective_argument,
     print_config_or_require_out,
+    run_overrides,
 )
 
 NAME = "ga"
@@ -25,61 +27,100 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         what="GA",
         presets=None,
-        rounds_help="round mode: rounds after round 0 (without it: the many-seeds mode)",
+        rounds_help="round mode: rounds after round 0 (without it and --resume: the many-seeds "
+        "mode)",
     )
     parser.add_argument(
-        "--generations", type=int, default=1000, help="generations per seed (default 1000)"
+        "--particles", type=int, default=None, help="population size n (paper: 1000)"
     )
-    parser.add_argument(
-        "--seeds",
+    parser.add_argument("--survival-quantile", type=float, default=None, help="alpha (paper: 0.1)")
+    parser.add_argument("--mutation-prob", type=float, default=None, help="p_m (paper: 0.005)")
+    parser.add_argument("--recombine-prob", type=float, default=None, help="p_r (paper: 0.0882)")
+    seeds = parser.add_argument_group(
+        "many-seeds mode",
+        "without --rounds: independent runs of --generations generations for seeds --seed, "
+        "--seed + 1, ... in one jitted call; --out receives trace.csv, summary.json and "
+        "regret.png.",
+    )
+    seeds.add_argument(
+        "--generations", type=int, default=None, help="generations per seed (default 1000)"
+    )
+    seeds.add_argument(
+        "--seeds", type=int, default=None, help="independent runs seed, seed+1, ... (default 8)"
+    )
+    seeds.add_argument(
+        "--segment",
         type=int,
         default=None,
-        help="many-seeds mode: independent runs seed, seed+1, ... (default 8)",
-    )
-    parser.add_argument(
-        "--particles", type=int, default=1000, help="population size n (paper: 1000)"
-    )
-    parser.add_argument("--survival-quantile", type=float, default=0.1, help="alpha (paper: 0.1)")
-    parser.add_argument("--mutation-prob", type=float, default=0.005, help="p_m (paper: 0.005)")
-    parser.add_argument("--recombine-prob", type=float, default=0.0882, help="p_r (paper: 0.0882)")
-    parser.add_argument(
-        "--segment", type=int, default=50, help="generations per jitted call (progress granularity)"
+        help="generations per jitted call (progress granularity; default 50)",
     )
     rounds = parser.add_argument_group(
         "round mode",
-        "with --rounds, one run (--seed) under the round driver, writing the run directory of "
-        "llome and lambo2 (config.json, rounds.jsonl, evaluated.csv, regret.png, checkpoints/; "
-        "--resume continues it): round 0 = --initial-generations generations (LLOME's seed "
-        "data), then --generations-per-round generations per round (2 x 1000 particles = "
-        "LLOME's j). Without --rounds, --out receives trace.csv, summary.json and regret.png.",
+        "with --rounds (or --resume), one run (--seed) under the round driver, writing the run "
+        "directory of llome and lambo2 (config.json, rounds.jsonl, evaluated.csv, regret.png, "
+        "checkpoints/; --resume continues it): round 0 = --initial-generations generations "
+        "(LLOME's seed data), then --generations-per-round generations per round (2 x 1000 "
+        "particles = LLOME's j).",
     )
     rounds.add_argument(
-        "--initial-generations", type=int, default=10, help="n0, generations of round 0 (10)"
+        "--initial-generations", type=int, default=None, help="n0, generations of round 0 (10)"
     )
     rounds.add_argument(
-        "--generations-per-round", type=int, default=2, help="generations per later round (2)"
+        "--generations-per-round", type=int, default=None, help="generations per later round (2)"
     )
 
 
-def _run_rounds(args: argparse.Namespace, config) -> int:  # config: ga.GAConfig
+#: flags -> ``GARunConfig`` settings (round mode)
+_ROUND_FLAGS = {
+    "particles": "ga.num_particles",
+    "survival_quantile": "ga.survival_quantile",
+    "mutation_prob": "ga.mutation_prob",
+    "recombine_prob": "ga.recombine_prob",
+    "initial_generations": "initial_generations",
+    "generations_per_round": "generations_per_round",
+}
+
+
+def _refuse(args: argparse.Namespace, flags: dict[str, str], mode: str) -> None:
+    """A clear error for flags of the other mode (``flags``: dest -> flag), instead of ignoring
+    them."""
+    given = [flag for dest, flag in flags.items() if getattr(args, dest, None) is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} {mode}")
+
+
+def _run_rounds(args: argparse.Namespace) -> int:
+    import pathlib
+
     from llome_jax.ga_optimizer import GARunConfig, run
     from llome_jax.runner import progress_text
 
-    objective = objective_argument(args)
-    if args.seeds != 1:
-        raise ValueError("--rounds runs one seed (--seed); leave --seeds at 1")
-    cfg = GARunConfig(
-        function=args.function,
-        instance_seed=args.instance_seed,
-        seed=args.seed,
-        rounds=args.rounds,
-        initial_generations=args.initial_generations,
-        generations_per_round=args.generations_per_round,
-        ga=config,
+    _refuse(
+        args,
+        {"generations": "--generations", "segment": "--segment"},
+        "for the many-seeds mode (without --rounds); a round-mode run has "
+        "--initial-generations and --generations-per-round",
     )
-    cfg = apply_settings(args, "ga", cfg)
-    extra = {} if objective is None else {"objective": args.objective}
-    if print_config_or_require_out(args, "ga", cfg, extra):
+    if args.seeds is not None and args.seeds != 1:
+        raise ValueError("--rounds runs one seed (--seed); leave --seeds at 1")
+    if args.resume and args.out is not None and (pathlib.Path(args.out) / "trace.csv").exists():
+        raise ValueError(
+            f"{args.out} holds a many-seeds GA run (trace.csv), which cannot be resumed; "
+            "--resume continues a round-mode run (--rounds)"
+        )
+    if args.function is None and args.instance_seed is not None and not args.resume:
+        args.function = "f2"  # the GA's default function, sampled with that seed
+    objective = objective_argument(args, "ga")
+    flags = run_overrides(args, ())
+    flags.update(
+        {
+            key: getattr(args, dest)
+            for dest, key in _ROUND_FLAGS.items()
+            if getattr(args, dest) is not None
+        }
+    )
+    cfg = apply_settings(args, "ga", GARunConfig(), flags)
+    if print_config_or_require_out(args, "ga", cfg, objective=objective):
         return 0
     trackers = make_trackers(args)
     result = run(
@@ -113,22 +154,18 @@ def run(args: argparse.Namespace) -> int:
     from llome_jax import ehrlich, ga
     from llome_jax.rundir import RunDirectory, atomic_write_text, plot_regret_curves
 
-    if args.objective is not None and args.rounds is None:
+    if args.rounds is not None or args.resume:
+        return _run_rounds(args)
+    if args.objective is not None:
         raise ValueError("--objective runs in round mode: pass --rounds")
-    if args.function is None:
-        args.function = "f2"
-    if args.resume and args.rounds is None:
-        raise ValueError("--resume continues a round-mode run: pass --rounds")
-    config = ga.GAConfig(
-        num_particles=args.particles,
-        survival_quantile=args.survival_quantile,
-        mutation_prob=args.mutation_prob,
-        recombine_prob=args.recombine_prob,
+    _refuse(
+        args,
+        {
+            "initial_generations": "--initial-generations",
+            "generations_per_round": "--generations-per-round",
+        },
+        "for the round mode: pass --rounds (the many-seeds mode has --generations)",
     )
-    if args.rounds is not None:
-        args.seeds = 1 if args.seeds is None else args.seeds
-        return _run_rounds(args, config)
-    args.seeds = 8 if args.seeds is None else args.seeds
     if args.config or args.settings:
         raise ValueError("--config / --set configure a round-mode run: pass --rounds")
     if getattr(args, "trackers", None):
@@ -137,8 +174,25 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--print-config shows a round-mode configuration: pass --rounds")
     if args.out is None:
         raise ValueError("--out DIR is required")
+    check_out(args.out)
+    defaults = ga.GAConfig()
+    args.function = "f2" if args.function is None else args.function
+    args.seed = 0 if args.seed is None else args.seed
+    args.seeds = 8 if args.seeds is None else args.seeds
+    args.generations = 1000 if args.generations is None else args.generations
+    args.segment = 50 if args.segment is None else args.segment
     if args.generations < 1 or args.seeds < 1 or args.segment < 1:
         raise ValueError("--generations, --seeds and --segment must be positive")
+    config = ga.GAConfig(
+        num_particles=defaults.num_particles if args.particles is None else args.particles,
+        survival_quantile=defaults.survival_quantile
+        if args.survival_quantile is None
+        else args.survival_quantile,
+        mutation_prob=defaults.mutation_prob if args.mutation_prob is None else args.mutation_prob,
+        recombine_prob=defaults.recombine_prob
+        if args.recombine_prob is None
+        else args.recombine_prob,
+    )
     fn = ehrlich.resolve_function(args.function, args.instance_seed)
     x0 = ga.validate_ga_inputs(
         fn, ehrlich.resolve_initial_solution(args.function, args.instance_seed), config
@@ -244,10 +298,19 @@ def run(args: argparse.Namespace) -> int:
     }
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     curves = [(trace.num_evaluations[s], 1.0 - trace.best_value[s]) for s in range(args.seeds)]
+    problem = (
+        f"{args.function} = {fn.config.name}" if args.function != fn.config.name else args.function
+    )
+    if args.instance_seed is not None:
+        problem += f" (instance seed {args.instance_seed})"
+    seeds = run_config["seeds"]
     plot_regret_curves(
-        {f"GA (n={config.num_particles})": curves},
+        {f"GA ({config.num_particles} particles)": curves},
         out / "regret.png",
-        title=f"GA on {args.function} = {fn.config.name}",
+        title=f"GA on {problem}, run seeds {seeds[0]}-{seeds[-1]}"
+        if len(seeds) > 1
+        else f"GA on {problem}, run seed {seeds[0]}",
+        unit="seed",
     )
     print(
         f"{fn.config.name}: median final regret {summary['median_final_regret']:.4f} over "

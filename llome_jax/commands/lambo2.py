@@ -11,6 +11,7 @@ from llome_jax.commands._common import (
     objective_argument,
     print_config_or_require_out,
     run_overrides,
+    saved_run_config,
 )
 
 NAME = "lambo2"
@@ -50,10 +51,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_config(args: argparse.Namespace):  # -> Lambo2Config
-    """The :class:`Lambo2Config` for the parsed arguments (``ValueError`` on bad input)."""
+    """The :class:`Lambo2Config` for the parsed arguments (``ValueError`` on bad input): the
+    preset < the run's ``config.json`` (``--resume``; its preset is the default one then) <
+    ``--config`` < the flags given < ``--set`` (``_common.apply_settings``). Sets
+    ``args.preset`` to the preset used."""
     from llome_jax.lambo2.optimizer import PRESETS, preset
 
     overrides = run_overrides(args, PRESETS)
+    saved = saved_run_config(args, "lambo2")
+    args.preset = getattr(args, "preset", None) or saved.get("preset") or "cpu"
     if args.num_samples is not None:
         overrides["num_samples"] = args.num_samples
     if args.epochs is not None:
@@ -66,18 +72,15 @@ def build_config(args: argparse.Namespace):  # -> Lambo2Config
         design["kl_weight"] = kl_weight
     if design:
         overrides["design"] = design
-    return apply_settings(args, "lambo2", preset(args.preset, **overrides))
+    return apply_settings(args, "lambo2", preset(args.preset), overrides, not_settings=("preset",))
 
 
 def run(args: argparse.Namespace) -> int:
     from llome_jax.lambo2 import optimizer
 
-    objective = objective_argument(args)
+    objective = objective_argument(args, "lambo2")
     cfg = build_config(args)
-    extra = {"preset": args.preset}
-    if objective is not None:
-        extra["objective"] = args.objective
-    if print_config_or_require_out(args, "lambo2", cfg, extra):
+    if print_config_or_require_out(args, "lambo2", cfg, {"preset": args.preset}, objective):
         return 0
     trackers = make_trackers(args)
     mesh = None
@@ -97,11 +100,12 @@ def run(args: argparse.Namespace) -> int:
     )
     final = result.state.history
     best = float(final.y.max())
+    paid = len(final.y) if not result.records else result.records[-1]["num_evaluations"]
     optimum = 1.0 if objective is None else objective.optimal_value
     regret = "" if optimum is None else f" (regret {optimum - best:.4f})"
     print(
         f"LaMBO-2 on {cfg.function if objective is None else objective.name}: best value "
-        f"{best:.4f}{regret} after {optimizer.expected_oracle_calls(cfg)} oracle calls budgeted; "
+        f"{best:.4f}{regret} after {paid} labels paid; "
         f"wrote {result.path}"
     )
     return 0

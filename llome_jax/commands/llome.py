@@ -11,6 +11,7 @@ from llome_jax.commands._common import (
     objective_argument,
     print_config_or_require_out,
     run_overrides,
+    saved_run_config,
 )
 
 NAME = "llome"
@@ -40,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--loss",
-        default="marge",
+        default=None,
         type=_loss_name,
         help="a registered loss (built in: sft, marge, dpo, reinforce): SFT for round 1, then "
         "this loss (default marge)",
@@ -65,36 +66,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_config(args: argparse.Namespace):  # -> LoopConfig
-    """The :class:`LoopConfig` for the parsed arguments (raises ``ValueError`` on bad input)."""
+    """The :class:`LoopConfig` for the parsed arguments (raises ``ValueError`` on bad input):
+    the preset with the default loss (MargE after one SFT round) < the run's ``config.json``
+    (``--resume``; its preset is the default one then) < ``--config`` < the flags given <
+    ``--set`` (``_common.apply_settings``)."""
+    from llome_jax.llome.config import upgrade_saved_config
     from llome_jax.llome.loop import parse_schedule, schedule_for_loss
     from llome_jax.llome.presets import PRESETS, preset
 
-    overrides = run_overrides(args, PRESETS)
-    overrides.setdefault("rounds", PRESETS[args.preset].get("rounds", 10))
+    flags = run_overrides(args, PRESETS)
+    saved = upgrade_saved_config(saved_run_config(args, "llome")) if args.resume else {}
+    name = args.preset or saved.get("preset") or "cpu"
+    if saved.get("preset") not in (None, name):  # a preset is the lowest layer, not a setting
+        raise ValueError(
+            f"cannot resume {args.out}: it was made with --preset {saved['preset']}, not "
+            f"{name} (leave --preset out to resume it)"
+        )
     if args.schedule:
-        overrides["schedule"] = parse_schedule(args.schedule)
-    else:
-        overrides["schedule"] = schedule_for_loss(args.loss)
+        flags["schedule"] = parse_schedule(args.schedule)
+    elif args.loss is not None:
+        flags["schedule"] = schedule_for_loss(args.loss)
     if args.weights is not None:
-        overrides["weights"] = args.weights
+        flags["weights"] = args.weights
     if args.num_selected is not None:
-        overrides["num_selected"] = args.num_selected
-    return apply_settings(args, "llome", preset(args.preset, **overrides))
+        flags["num_selected"] = args.num_selected
+    base = preset(name, schedule=schedule_for_loss("marge"))
+    return apply_settings(args, "llome", base, flags, upgrade=upgrade_saved_config)
 
 
 def run(args: argparse.Namespace) -> int:
     import json
+    import os
 
+    # transformers (imported for the tokenizer) warns on import that PyTorch is missing, which
+    # this package never needs; only that advisory kind of warning is silenced (not errors)
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     from llome_jax.llome.loop import run as run_llome
     from llome_jax.llome.loop import validate_config
+    from llome_jax.llome.presets import check_weights_given
     from llome_jax.runner import progress_text
 
-    objective = objective_argument(args)
+    objective = objective_argument(args, "llome")
     cfg = build_config(args)
     validate_config(cfg, check_function=objective is None)
-    extra = {} if objective is None else {"objective": args.objective}
-    if print_config_or_require_out(args, "llome", cfg, extra):
+    if print_config_or_require_out(args, "llome", cfg, objective=objective):
         return 0
+    check_weights_given(cfg)
     trackers = make_trackers(args)
     result = run_llome(
         cfg,

@@ -11,12 +11,17 @@ import dataclasses
 import math
 import re
 
-__all__ = ["EhrlichConfig"]
+__all__ = ["EhrlichConfig", "InvalidEhrlichNameError"]
 
 _NAME_RE = re.compile(
     r"^\s*Ehr\(\s*(\d+)\s*,\s*(\d+)\s*\)\s*-\s*(\d+)\s*-\s*(\d+)\s*-\s*(\d+)\s*"
     r"(?:-\s*a\s*([0-9.eE+-]+))?\s*$"
 )
+
+
+class InvalidEhrlichNameError(ValueError):
+    """A well-formed ``"Ehr(v,L)-c-k-q"`` name whose parameters admit no instance (e.g. motifs
+    longer than the sequence); the message names the parameter to change."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +88,13 @@ class EhrlichConfig:
 
     @classmethod
     def from_name(cls, name: str) -> EhrlichConfig:
-        """Parse ``"Ehr(v,L)-c-k-q"`` (spaces allowed, optional ``-a<epistasis>`` suffix)."""
+        """Parse ``"Ehr(v,L)-c-k-q"`` (spaces allowed, optional ``-a<epistasis>`` suffix).
+
+        Raises:
+          ValueError: the text is not such a name; :class:`InvalidEhrlichNameError` (a
+            ``ValueError``) when it is one but no instance can have these parameters (the
+            reason is named).
+        """
         match = _NAME_RE.match(name)
         if match is None:
             raise ValueError(
@@ -91,14 +102,19 @@ class EhrlichConfig:
                 "for example 'Ehr(32,32)-4-4-4' (optionally '-a2' for epistasis factor 2)."
             )
         v, length, c, k, q, a = match.groups()
-        return cls(
-            num_states=int(v),
-            dim=int(length),
-            num_motifs=int(c),
-            motif_length=int(k),
-            quantization=int(q),
-            epistasis_factor=float(a) if a is not None else 0.0,
-        )
+        try:
+            return cls(
+                num_states=int(v),
+                dim=int(length),
+                num_motifs=int(c),
+                motif_length=int(k),
+                quantization=int(q),
+                epistasis_factor=float(a) if a is not None else 0.0,
+            )
+        except ValueError as error:  # a well-formed name of a function that cannot exist
+            raise InvalidEhrlichNameError(
+                f"{name.strip()!r} is not a valid Ehrlich function: {error}"
+            ) from None
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> None:

@@ -3,19 +3,25 @@
 The paper's four test functions f1-f4 and two q=2 variants are pytorch-holo instances with
 ``random_seed=50494`` generated under torch 2.3.1; they cannot be regenerated with a current torch,
 so their explicit form is stored in ``data/paper_instances.json``.
+
+:func:`function_digest` identifies the instance behind a CLI function spec (its arrays and start
+sequence, not its name): a run directory records it, so a resume on another instance (an instance
+file replaced under the same name) is refused.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import pathlib
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from llome_jax.ehrlich.config import EhrlichConfig
+from llome_jax.ehrlich.config import EhrlichConfig, InvalidEhrlichNameError
 from llome_jax.ehrlich.function import (
     Ehrlich,
     from_holo,
@@ -26,6 +32,8 @@ from llome_jax.ehrlich.function import (
 
 __all__ = [
     "PAPER_FUNCTIONS",
+    "function_digest",
+    "instance_digest",
     "paper_function",
     "paper_function_names",
     "paper_initial_solution",
@@ -130,6 +138,8 @@ def resolve_function(spec: str, instance_seed: int | None = None) -> Ehrlich:
         except ValueError:
             try:
                 EhrlichConfig.from_name(spec)
+            except InvalidEhrlichNameError:
+                raise  # a name, but of no possible function: its own reason, seed or not
             except ValueError:
                 raise ValueError(
                     f"unknown function {spec!r}: use one of {paper_function_names()} or an "
@@ -140,8 +150,21 @@ def resolve_function(spec: str, instance_seed: int | None = None) -> Ehrlich:
             ) from None
     if spec in PAPER_FUNCTIONS and spec.startswith("f"):
         spec = PAPER_FUNCTIONS[spec]
-    config = EhrlichConfig.from_name(spec)
+    return _sampled_function(EhrlichConfig.from_name(spec), int(instance_seed))
+
+
+@functools.lru_cache(maxsize=16)
+def _sampled_function(config: EhrlichConfig, instance_seed: int) -> Ehrlich:
+    """``make(key(instance_seed), config)``, kept: sampling an instance takes seconds on a CPU,
+    and a run resolves its function more than once (plug-in, start sequence, digest)."""
     return make(jax.random.key(instance_seed), config)
+
+
+@functools.lru_cache(maxsize=16)
+def _sampled_initial_solution(config: EhrlichConfig, instance_seed: int) -> jax.Array:
+    fn = _sampled_function(config, instance_seed)
+    key = jax.random.fold_in(jax.random.key(instance_seed), 0x1A1)
+    return initial_solution(key, fn, 1)[0]
 
 
 def _read_instance(path: str) -> dict:
@@ -171,5 +194,28 @@ def resolve_initial_solution(spec: str, instance_seed: int | None = None) -> jax
     if instance_seed is None:
         return paper_initial_solution(spec)
     fn = resolve_function(spec, instance_seed)
-    key = jax.random.fold_in(jax.random.key(instance_seed), 0x1A1)
-    return initial_solution(key, fn, 1)[0]
+    return _sampled_initial_solution(fn.config, int(instance_seed))
+
+
+def instance_digest(fn: Ehrlich, initial_solution: Any = None) -> str:
+    """``"sha256:<hex>"`` of what defines an instance: the data of :meth:`Ehrlich.to_json`
+    (configuration, transition matrix, stationary law, motifs, offsets; not the schema tag) as
+    canonical JSON, and the start sequence when given. Equal instances give equal digests on any
+    machine; any changed value gives another one."""
+    data = {key: value for key, value in fn.to_json().items() if key != "schema"}
+    if initial_solution is not None:
+        data["initial_solution"] = np.asarray(initial_solution).astype(int).tolist()
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def function_digest(spec: str, instance_seed: int | None = None) -> str:
+    """:func:`instance_digest` of ``resolve_function(spec, instance_seed)`` with its start
+    sequence (``resolve_initial_solution``): what a run on this CLI function spec optimises.
+
+    Raises:
+      ValueError / FileNotFoundError: as :func:`resolve_function`.
+    """
+    return instance_digest(
+        resolve_function(spec, instance_seed), resolve_initial_solution(spec, instance_seed)
+    )

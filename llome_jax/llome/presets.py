@@ -37,7 +37,7 @@ from typing import Any
 
 from llome_jax.llome.config import LoopConfig
 
-__all__ = ["PRESETS", "preset"]
+__all__ = ["PRESETS", "check_weights_given", "preset"]
 
 _SMOKE: dict[str, Any] = {
     "function": "Ehr(8,8)-2-2-2",
@@ -123,15 +123,27 @@ PRESETS: dict[str, dict[str, Any]] = {"smoke": _SMOKE, "cpu": _CPU, "paper": _PA
 def preset(name: str, **overrides: Any) -> LoopConfig:
     """The :class:`LoopConfig` of preset ``name`` with ``overrides`` applied.
 
+    ``paper`` is meant to fine-tune a pretrained Pythia-2.8B (``weights``); without them the
+    configuration can still be built, shown and changed, and :func:`check_weights_given` says
+    what is missing before a run (the command line calls it).
+
     Raises:
-      ValueError: unknown preset or field; ``paper`` without ``weights``.
+      ValueError: unknown preset or field.
     """
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
-    config = LoopConfig().replace(**PRESETS[name]).replace(**overrides, preset=name)
-    if name == "paper" and not config.weights:
+    return LoopConfig().replace(**PRESETS[name]).replace(**overrides, preset=name)
+
+
+def check_weights_given(config: LoopConfig) -> None:
+    """Refuse to run the ``paper`` preset without ``weights`` (it would train a 2.8B model from
+    scratch instead of fine-tuning the pretrained one).
+
+    Raises:
+      ValueError: ``config.preset == "paper"`` and no ``weights``.
+    """
+    if config.preset == "paper" and not config.weights:
         raise ValueError(
             "the paper preset fine-tunes a pretrained Pythia-2.8B: pass --weights DIR (a Hugging "
             "Face GPT-NeoX checkpoint directory, e.g. EleutherAI/pythia-2.8b downloaded locally)"
         )
-    return config
