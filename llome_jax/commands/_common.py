@@ -109,7 +109,8 @@ def add_run_arguments(
         metavar="FILE",
         default=None,
         help="settings from a JSON or YAML file: nested as --print-config shows them, or dotted "
-        "keys; a run's config.json works. Precedence: preset < --config < the other flags < --set",
+        "keys; a run's config.json works. Precedence: preset < the run's config.json "
+        "(--resume) < --config < the other flags < --set",
     )
     parser.add_argument(
         "--set",
