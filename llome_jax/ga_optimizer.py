@@ -1,21 +1,27 @@
 """The GA as a round-driver optimizer: the same run directory, resume and budget as LLOME and LaMBO-2.
 
-What a GA *round* is: a block of generations of ``n`` particles, every particle one oracle call.
+What a GA *round* is: a block of generations of ``n`` particles whose labels come from the run's
+:class:`~llome_jax.oracle.Oracle` (the information contract every optimizer follows).
 
 * Round 0 is the first ``n0`` generations (default 10): with the same run seed it is exactly the
   seed data LLOME starts from (``ga.run_archive`` with the run key's ``"ga"`` sub-key), so the
-  three optimizers' curves share their first ``n0 n`` evaluations (paper Fig. 3: "the first 10K
-  test function evaluations ... correspond to the solutions produced by the GA pre-solver").
-* Every later round is ``generations_per_round`` more generations (default 2, i.e. 2,000 labels at
-  ``n = 1000``: LLOME's and LaMBO-2's ``j``), so equal rounds mean equal label budgets.
+  three optimizers' curves share their round 0 (paper Fig. 3: "the first 10K test function
+  evaluations ... correspond to the solutions produced by the GA pre-solver").
+* With ``accounting="pay_once"`` (default) a particle whose sequence is already labelled is looked
+  up, not paid, so round 0 pays for its distinct sequences only (f2, seed 0: 1,133 of 10,000
+  particles), and every later round runs generations until it has paid ``generations_per_round n``
+  new labels (default 2,000: LLOME's and LaMBO-2's ``j``), at most ``MAX_GENERATIONS_PER_ROUND``
+  times ``generations_per_round`` generations (then the run stops: the GA proposes nothing new).
+  ``evaluated.csv`` holds each paid sequence once.
+* With ``accounting="every_evaluation"`` (the paper's accounting) every particle is paid and a
+  round is exactly ``generations_per_round`` generations; ``evaluated.csv`` holds the distinct
+  sequences of each round.
 
-The generations of all rounds together are one uninterrupted GA run (``ga.run`` with ``n0 + R G``
+The generations of all rounds together are one uninterrupted GA run (``ga.run`` with as many
 generations gives the same populations): generation ``g`` uses key ``g`` of
 ``split(run_key, total)``, and a prefix of a split does not depend on its length (JAX's
-partitionable threefry). ``evaluated.csv`` holds the distinct sequences of each round (first
-occurrence within the round, in evaluation order); ``num_evaluations`` counts every particle
-(``n`` per generation), duplicates included, as the paper does; ``min_regret`` is over every
-particle so far.
+partitionable threefry). ``min_regret`` is over every particle so far; ``frac_unique`` is over the
+round's proposals (its particles, ``num_proposals``).
 
 **Objectives.** ``GeneticAlgorithm(cfg, objective)`` optimises an
 :class:`~llome_jax.objective.Objective` instead of ``cfg.function``: a traceable (jitted JAX)
@@ -38,10 +44,18 @@ import numpy as np
 
 from llome_jax import configs, ga
 from llome_jax.objective import Objective, ehrlich_objective, objective_config
+from llome_jax.oracle import Oracle, check_contract_settings
 from llome_jax.runner import RoundResult, RunResult, progress_text
 from llome_jax.runner import run as run_rounds
 
-__all__ = ["GARoundState", "GARunConfig", "GeneticAlgorithm", "run"]
+__all__ = ["MAX_GENERATIONS_PER_ROUND", "GARoundState", "GARunConfig", "GeneticAlgorithm", "run"]
+
+#: With ``pay_once``, a round that has not paid its budget after this many times
+#: ``generations_per_round`` generations ends the run (the GA proposes nothing new).
+MAX_GENERATIONS_PER_ROUND = 50
+
+#: Settings added after runs were recorded, with the values that reproduce those runs.
+LEGACY_VALUES = {"accounting": "every_evaluation", "constraint_queries": "off"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +68,8 @@ class GARunConfig:
       initial_generations: ``n0``, the generations of round 0 [10].
       generations_per_round: ``G``, the generations of every later round [2: ``2 n`` labels].
       ga: the GA's settings (population ``n``, ``alpha``, ``p_m``, ``p_r``; the paper's defaults).
+      accounting: ``"pay_once"`` or ``"every_evaluation"`` (the paper's; module docstring).
+      constraint_queries: ``"off"`` or ``"free"`` (the GA asks no constraint query either way).
     """
 
     function: str = "f2"
@@ -63,12 +79,15 @@ class GARunConfig:
     initial_generations: int = 10
     generations_per_round: int = 2
     ga: ga.GAConfig = dataclasses.field(default_factory=ga.GAConfig)
+    accounting: str = "pay_once"
+    constraint_queries: str = "off"
 
     def __post_init__(self) -> None:
         for name in ("rounds", "initial_generations", "generations_per_round"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer; got {value!r}")
+        check_contract_settings(self.accounting, self.constraint_queries)
 
     def replace(self, **overrides: Any) -> GARunConfig:
         """This configuration with settings replaced (dotted keys such as ``ga.num_particles``
@@ -80,7 +99,9 @@ class GARunConfig:
 
 
 @functools.partial(
-    jax.tree_util.register_dataclass, data_fields=["ga_state", "run_key"], meta_fields=[]
+    jax.tree_util.register_dataclass,
+    data_fields=["ga_state", "run_key"],
+    meta_fields=["round", "stop"],
 )
 @dataclasses.dataclass(frozen=True)
 class GARoundState:
@@ -89,10 +110,14 @@ class GARoundState:
     Attributes:
       ga_state: the ``ga.GAState`` after the last generation (its ``generation`` counts them).
       run_key: the key whose split gives every generation its key (``ga.start``).
+      round: rounds done (static; a checkpoint's step).
+      stop: why the run stopped early (``""``: it did not).
     """
 
     ga_state: Any
     run_key: Any
+    round: int = 0
+    stop: str = ""
 
 
 class GeneticAlgorithm:
@@ -106,7 +131,7 @@ class GeneticAlgorithm:
     name = "ga"
 
     def upgrade_config(self, saved: dict[str, Any]) -> dict[str, Any]:
-        return saved
+        return {**LEGACY_VALUES, **saved}
 
     def __init__(self, cfg: GARunConfig, objective: Objective | None = None) -> None:
         self.cfg = cfg
@@ -120,6 +145,7 @@ class GeneticAlgorithm:
             objective.validate()
         self.objective = objective
         self.x0 = ga.validate_ga_inputs(objective, objective.x0, cfg.ga)
+        self.oracle = Oracle(objective, cfg.accounting, cfg.constraint_queries)
 
     @property
     def problem(self) -> str:
@@ -134,73 +160,124 @@ class GeneticAlgorithm:
     def total_rounds(self) -> int:
         return self.cfg.rounds
 
-    def _generations_done(self, round_index: int) -> int:
-        return self.cfg.initial_generations + round_index * self.cfg.generations_per_round
+    @property
+    def _fn(self) -> Objective:
+        """What the generations call: the objective, behind the label cache on the host."""
+        return self.oracle.cached_objective()
 
-    def _advance(self, state: GARoundState, start: int, stop: int) -> tuple[Any, Any, Any]:
+    def _advance(self, state: GARoundState, start: int, stop: int) -> tuple[Any, np.ndarray, Any]:
+        """Generations ``start .. stop - 1``: the new ``GAState``, their particles
+        int32 ``[(stop - start) n, L]`` in evaluation order, and their values."""
         keys = jax.random.split(state.run_key, stop)[start:]
-        ga_state, (trace, populations, values) = ga.advance(
-            state.ga_state, keys, self.objective, self.cfg.ga, keep_populations=True
+        ga_state, (_, populations, values) = ga.advance(
+            state.ga_state, keys, self._fn, self.cfg.ga, keep_populations=True
         )
-        archive = ga.archive_from_trajectory(populations, values, self.objective.num_states)
-        x, v, _ = archive.to_numpy()
-        return ga_state, trace, (x.astype(np.int32), np.where(np.isfinite(v), v, -np.inf))
+        length = self.objective.length
+        x = np.asarray(populations, np.int32).reshape(-1, length)
+        v = np.asarray(values, np.float64).reshape(-1)
+        return ga_state, x, np.where(np.isfinite(v), v, -np.inf)
 
     def _result(
-        self, round_index: int, ga_state: Any, trace: Any, x: np.ndarray, v: np.ndarray
+        self,
+        round_index: int,
+        ga_state: Any,
+        proposals: tuple[np.ndarray, np.ndarray],
+        x: np.ndarray,
+        v: np.ndarray,
     ) -> RoundResult:
+        """The round's result: ``x``/``v`` go to ``evaluated.csv``; ``mean_regret``,
+        ``frac_feasible`` and ``frac_unique`` are over the ``proposals`` (particles, values)."""
         from llome_jax.metrics import regret, round_metrics
 
-        num_generated = int(trace.num_evaluations.shape[0]) * self.cfg.ga.num_particles
         best = float(ga_state.best_value)
         optimum, worst = self.objective.optimal_value, self.objective.worst_value
         best_regret = regret([best], optimum, worst)[0]
+        px, pv = proposals
         record = round_metrics(
             round_index,
-            x,
+            px,
+            pv,
             v,
-            v,
-            num_generated=num_generated,
+            num_generated=len(px),
             optimal_value=optimum,
             worst_value=worst,
-            num_evaluations=int(ga_state.num_evaluations),
+            num_evaluations=self.oracle.num_paid,
+            num_proposals=len(px),
             min_regret=None if np.isnan(best_regret) else float(best_regret),
             best_value=best,
             generations=int(ga_state.generation),
         )
         return RoundResult(x, v.astype(np.float64), record)
 
+    def _labelled(self, x: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Register the particles ``x`` (values ``v``) with the oracle; the rows that go to
+        ``evaluated.csv``: with ``pay_once`` the sequences paid for now, else the distinct
+        ones (first occurrence, evaluation order)."""
+        if self.oracle.pay_once:
+            self.oracle.record_labels(x, v)
+            return self.oracle.take_paid(self.objective.length)
+        self.oracle.record_labels(x, v, num_paid=len(x))
+        self.oracle.take_paid(self.objective.length)
+        _, first = np.unique(x, axis=0, return_index=True)
+        first = np.sort(first)
+        return x[first], v[first]
+
     def init(self, key: jax.Array) -> tuple[GARoundState, RoundResult]:
         """Round 0: ``n0`` generations from the mutated copies of the start sequence."""
         from llome_jax.llome.runtime import named_key
 
-        ga_state, run_key = ga.start(named_key(key, "ga"), self.objective, self.x0, self.cfg.ga)
+        ga_state, run_key = ga.start(named_key(key, "ga"), self._fn, self.x0, self.cfg.ga)
         state = GARoundState(ga_state, run_key)
         n0 = self.cfg.initial_generations
-        ga_state, trace, (x, v) = self._advance(state, 0, n0)
-        return GARoundState(ga_state, run_key), self._result(0, ga_state, trace, x, v)
+        ga_state, particles, values = self._advance(state, 0, n0)
+        x, v = self._labelled(particles, values)
+        result = self._result(0, ga_state, (particles, values), x, v)
+        return GARoundState(ga_state, run_key, 0), result
 
     def round(
         self, state: GARoundState, *, progress: bool = False
-    ) -> tuple[GARoundState, RoundResult]:
+    ) -> tuple[GARoundState, RoundResult | None]:
         r = self.round_index(state) + 1
-        start, stop = self._generations_done(r - 1), self._generations_done(r)
-        ga_state, trace, (x, v) = self._advance(state, start, stop)
-        return GARoundState(ga_state, state.run_key), self._result(r, ga_state, trace, x, v)
+        per_round = self.cfg.generations_per_round
+        g = int(state.ga_state.generation)
+        if not self.oracle.pay_once:
+            ga_state, particles, values = self._advance(state, g, g + per_round)
+            x, v = self._labelled(particles, values)
+            new = GARoundState(ga_state, state.run_key, r)
+            return new, self._result(r, ga_state, (particles, values), x, v)
+        budget = per_round * self.cfg.ga.num_particles
+        paid_before, ga_state = self.oracle.num_paid, state.ga_state
+        chunks: list[np.ndarray] = []
+        for step in range(MAX_GENERATIONS_PER_ROUND * per_round):
+            if self.oracle.num_paid - paid_before >= budget:
+                break
+            current = GARoundState(ga_state, state.run_key, state.round)
+            ga_state, particles, values = self._advance(current, g + step, g + step + 1)
+            self.oracle.record_labels(particles, values)
+            chunks.append((particles, values))
+        x, v = self.oracle.take_paid(self.objective.length)
+        stop = ""
+        if self.oracle.num_paid - paid_before < budget:
+            stop = (
+                f"the GA paid {self.oracle.num_paid - paid_before} of {budget} labels in "
+                f"{MAX_GENERATIONS_PER_ROUND * per_round} generations (it proposes little new)"
+            )
+        proposals = (np.concatenate([c[0] for c in chunks]), np.concatenate([c[1] for c in chunks]))
+        new = GARoundState(ga_state, state.run_key, r, stop)
+        return new, self._result(r, ga_state, proposals, x, v)
 
     def round_index(self, state: GARoundState) -> int:
-        done = int(state.ga_state.generation) - self.cfg.initial_generations
-        return done // self.cfg.generations_per_round
+        return int(state.round)
 
     def stop_reason(self, state: GARoundState) -> str:
         optimum = self.objective.optimal_value
         if optimum is not None and float(state.ga_state.best_value) >= optimum:
             return f"the optimum (f = {optimum:g}) was found"
-        return ""
+        return state.stop
 
     def save(self, manager: Any, state: GARoundState) -> None:
         r = self.round_index(state)
-        manager.save(r, state, {"round": r})
+        manager.save(r, state, {"round": r, "stop": state.stop})
 
     def restore(self, manager: Any) -> GARoundState | None:
         cfg, num_states = self.cfg.ga, self.objective.num_states
@@ -211,7 +288,10 @@ class GeneticAlgorithm:
             jax.random.key(0),
         )
         restored = manager.restore_latest_good(abstract)
-        return None if restored is None else restored[1]
+        if restored is None:
+            return None
+        step, state, metadata = restored
+        return dataclasses.replace(state, round=int(step), stop=str(metadata.get("stop", "")))
 
     def round0_description(self) -> str:
         return f"GA, {self.cfg.initial_generations} generations of {self.cfg.ga.num_particles}"

@@ -29,9 +29,15 @@ sequence can have; Ehrlich: 0, so regret 1) or, when ``worst_value`` is ``None``
 the regret statistics. Without ``optimal_value`` the regret fields are null and ``best_value``
 (``max f`` so far) is the progress measure (:func:`llome_jax.metrics.round_metrics`).
 
-**Constraint checks.** LLOME checks candidates for feasibility before labelling them (refinement,
-the Filter's infeasible share, the checkpoint gate); these checks are not oracle calls. They use
-``is_feasible`` when given and otherwise treat every sequence as feasible.
+**The information contract** (``llome_jax.oracle``). Every optimizer learns values only through
+labels it pays for, and every label is counted: the run's :class:`~llome_jax.oracle.Oracle` calls
+``evaluate`` once per distinct sequence (a known value is looked up, not paid; ``accounting=
+"every_evaluation"`` is the paper's count), and a call of ``is_feasible`` on a sequence that is not
+labelled is a *constraint query*, counted in ``rounds.jsonl`` (``num_constraint_queries``). By
+default the optimizers ask none beyond the authors' own (LLOME's checkpoint gate);
+``constraint_queries="free"`` gives the check to LLOME's refinement and Filter and to LaMBO-2's
+screening of proposals. Without ``is_feasible`` every sequence counts as feasible. The start
+sequence is public: its value is not counted.
 
 From the command line, ``--objective module:attr`` names an :class:`Objective` or a function of no
 arguments that returns one (:func:`load_objective`).
@@ -79,8 +85,9 @@ class Objective:
       length: ``L``, the sequence length.
       evaluate: ``f``: int32 ``[n, L]`` -> float ``[n]`` (higher is better, ``-inf`` infeasible);
         a jitted JAX function or plain NumPy / Python code.
-      is_feasible: optional constraint check int32 ``[n, L]`` -> bool ``[n]`` (no oracle call;
-        used by LLOME's refinement and Filter). ``None``: every sequence counts as feasible.
+      is_feasible: optional constraint check int32 ``[n, L]`` -> bool ``[n]``; asked about an
+        unlabelled sequence it is a counted constraint query (module docstring). ``None``: every
+        sequence counts as feasible.
       initial_solution: optional int ``[L]`` start sequence of the GA (round 0 of every
         optimizer). ``None``: :attr:`x0` draws one (Ehrlich: a feasible chain sample; otherwise
         uniform states from ``numpy.random.default_rng(0)``).

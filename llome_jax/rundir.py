@@ -65,6 +65,9 @@ __all__ = [
 ROUND_FIELDS: tuple[str, ...] = (
     "round",
     "num_evaluations",
+    "num_proposals",
+    "num_constraint_queries",
+    "cum_constraint_queries",
     "num_generated",
     "min_regret",
     "mean_regret",

@@ -216,6 +216,16 @@ def _run_rounds(
         state = optimizer.restore(manager) if resume else None
         run_dir.rollback(-1 if state is None else optimizer.round_index(state))
         history = run_dir.rounds()
+        oracle = getattr(optimizer, "oracle", None)
+        if oracle is not None and state is not None:
+            _, labelled_x, labelled_v = run_dir.evaluated()
+            last = history[-1] if history else {}
+            oracle.restore(
+                labelled_x,
+                labelled_v,
+                num_paid=int(last.get("num_evaluations") or 0),
+                num_constraint_queries=int(last.get("cum_constraint_queries") or 0),
+            )
         for tracker in trackers:
             finish_trackers.push(
                 _finisher(tracker)
@@ -223,9 +233,11 @@ def _run_rounds(
             tracker.start(run_dir.config(), run_dir.path, history)
         if state is None:
             t0 = time.perf_counter()
+            queries = _queries(oracle)
             state, result = optimizer.init(jax.random.key(optimizer.seed))
             run_dir.log_evaluated(0, result.sequences, result.values)
-            log_round({**result.record, "seconds": time.perf_counter() - t0})
+            record = _account(result.record, oracle, queries)
+            log_round({**record, "seconds": time.perf_counter() - t0})
             optimizer.save(manager, state)
             if progress:
                 log(
@@ -241,12 +253,13 @@ def _run_rounds(
             if max_rounds_this_call is not None and done_here >= max_rounds_this_call:
                 break
             t0 = time.perf_counter()
+            queries = _queries(oracle)
             state, result = optimizer.round(state, progress=progress)
             if result is None:
                 break
             seconds = time.perf_counter() - t0
             run_dir.log_evaluated(optimizer.round_index(state), result.sequences, result.values)
-            log_round({**result.record, "seconds": seconds})
+            log_round({**_account(result.record, oracle, queries), "seconds": seconds})
             optimizer.plot(run_dir)
             optimizer.save(manager, state)
             done_here += 1
@@ -257,6 +270,25 @@ def _run_rounds(
     if reason and progress:
         log(f"stopped early after round {optimizer.round_index(state)}: {reason}")
     return RunResult(state=state, records=records, stop_reason=reason, path=run_dir.path)
+
+
+def _queries(oracle: Any) -> int:
+    return 0 if oracle is None else int(oracle.num_constraint_queries)
+
+
+def _account(record: Mapping[str, Any], oracle: Any, queries_before: int) -> dict[str, Any]:
+    """``record`` with the information contract's counters (``llome_jax.oracle``):
+    ``num_evaluations`` = paid labels so far, ``num_constraint_queries`` of this round and
+    ``cum_constraint_queries``; ``record`` itself for a plug-in without an oracle."""
+    if oracle is None:
+        return dict(record)
+    total = int(oracle.num_constraint_queries)
+    return {
+        **record,
+        "num_evaluations": int(oracle.num_paid),
+        "num_constraint_queries": total - queries_before,
+        "cum_constraint_queries": total,
+    }
 
 
 def _finisher(tracker: Any) -> Callable[..., bool]:

@@ -91,16 +91,28 @@ def test_budget_and_observer(fn) -> None:
 
 
 def test_every_label_of_an_optimizer_is_one_black_box_call(fn, tmp_path: pathlib.Path) -> None:
-    """The GA on a black box: it sees each checked objective call, n sequences per generation."""
+    """The GA on a black box: it asks the black box about each sequence once (the paper's
+    accounting: n sequences per generation)."""
     black_box = EhrlichBlackBox(fn)
     objective = objective_from_black_box(black_box, optimal_value=1.0, worst_value=0.0)
     cfg = ga_optimizer.GARunConfig().replace(
         rounds=1, initial_generations=2, generations_per_round=1, ga={"num_particles": 32}
     )
     result = ga_optimizer.run(cfg, tmp_path / "ga", objective=objective, progress=False)
-    # 1 check of x0 + f(x0) at the GA start + 32 per generation (2 + 1 generations)
-    assert black_box.num_evaluations == 1 + 1 + 3 * 32
     rounds, x, y = rundir.RunDirectory(result.path).evaluated()
+    # 1 check of x0 + f(x0) (the public start) + one call per paid label, each sequence once
+    assert black_box.num_evaluations == 1 + 1 + len(x) and len(np.unique(x, axis=0)) == len(x)
+    assert len(x) == rundir.RunDirectory(result.path).rounds()[-1]["num_evaluations"]
+    paper_box = EhrlichBlackBox(fn)
+    paper = objective_from_black_box(paper_box, optimal_value=1.0, worst_value=0.0)
+    ga_optimizer.run(
+        cfg.replace(accounting="every_evaluation"),
+        tmp_path / "paper",
+        objective=paper,
+        progress=False,
+    )
+    # 1 check of x0 + f(x0) at the GA start + 32 per generation (2 + 1 generations)
+    assert paper_box.num_evaluations == 1 + 1 + 3 * 32
     np.testing.assert_array_equal(y, np.asarray(ehrlich.evaluate(fn, x), np.float64))
     # and the run equals the GA on the Ehrlich function itself (same keys, same values)
     direct = ga_optimizer.run(

@@ -1,5 +1,6 @@
 """The GA under the round driver (``llome_jax.ga_optimizer``): its rounds are one uninterrupted GA
-run, its round 0 is LLOME's seed data, and a resumed run equals an uninterrupted one."""
+run, its round 0 is LLOME's seed data, each sequence is paid once (``pay_once``) or every
+evaluation is (the paper's accounting), and a resumed run equals an uninterrupted one."""
 
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ CFG = GARunConfig(
     initial_generations=4,
     generations_per_round=2,
     ga=ga.GAConfig(num_particles=64, mutation_prob=0.05),
+    accounting="every_evaluation",
 )
+#: pay_once on a function the GA does not solve in 3 rounds of 64 particles
+PAY_ONCE = CFG.replace(function="Ehr(16,16)-2-4-4", accounting="pay_once")
 
 
 def _evaluated(path: pathlib.Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -71,10 +75,59 @@ def test_rounds_are_one_ga_run_and_round0_is_llome_seed_data(tmp_path: pathlib.P
         assert len(np.unique(x[rounds == r], axis=0)) == int(np.sum(rounds == r)) > 0
 
 
+def test_pay_once_pays_each_distinct_sequence_once_and_fills_the_round_budget(
+    tmp_path: pathlib.Path,
+) -> None:
+    cfg = PAY_ONCE
+    result = run(cfg, tmp_path / "run", progress=False)
+    fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
+    x0 = ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed)
+    key = named_key(jax.random.key(cfg.seed), "ga")
+    rounds, x, v = _evaluated(result.path)
+    records = [json.loads(line) for line in (result.path / "rounds.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in records] == [0, 1, 2, 3] and not result.stop_reason
+
+    # no sequence twice in evaluated.csv, and never the (public) start sequence
+    assert len(np.unique(x, axis=0)) == len(x)
+    assert not (x == x0).all(axis=1).any()
+    # round 0: LLOME's seed data (ga.run_archive) without the start sequence, row for row
+    seed_x, seed_v, _ = ga.run_archive(key, fn, x0, cfg.initial_generations, cfg.ga).to_numpy()
+    keep = ~(seed_x == x0).all(axis=1)
+    np.testing.assert_array_equal(x[rounds == 0], seed_x[keep])
+    np.testing.assert_array_equal(v[rounds == 0], seed_v[keep].astype(np.float64))
+    # num_evaluations = paid labels = rows of evaluated.csv so far
+    paid = [int(np.sum(rounds <= r)) for r in range(cfg.rounds + 1)]
+    assert [r["num_evaluations"] for r in records] == paid
+    # each later round runs whole generations until it has paid G n new labels
+    budget = cfg.generations_per_round * cfg.ga.num_particles
+    gens = [r["generations"] for r in records]
+    for r in range(1, cfg.rounds + 1):
+        assert paid[r] - paid[r - 1] >= budget
+        assert records[r]["num_proposals"] == (gens[r] - gens[r - 1]) * cfg.ga.num_particles
+    # the rows are the first occurrences in the uninterrupted GA run of as many generations
+    all_x, all_v, _ = ga.run_archive(key, fn, x0, gens[-1], cfg.ga).to_numpy()
+    keep = ~(all_x == x0).all(axis=1)
+    np.testing.assert_array_equal(x, all_x[keep])
+    np.testing.assert_array_equal(v, all_v[keep].astype(np.float64))
+    # ... whose generation count is the first with the budget paid: one generation less was short
+    first_gen_of_row = np.asarray(ga.run_archive(key, fn, x0, gens[-1], cfg.ga).generations)[
+        : len(all_x)
+    ][keep]
+    for r in range(1, cfg.rounds + 1):
+        assert int(np.sum(first_gen_of_row <= gens[r] - 1)) - paid[r - 1] < budget
+    # the record's uniqueness is over the round's proposals (particles), not the paid rows
+    assert 0.0 < records[1]["frac_unique"] < 1.0
+
+
 def test_resumed_run_equals_uninterrupted(tmp_path: pathlib.Path) -> None:
-    full = run(CFG, tmp_path / "full", progress=False)
-    run(CFG, tmp_path / "part", progress=False, max_rounds_this_call=1)
-    resumed = run(CFG, tmp_path / "part", resume=True, progress=False)
+    for name, cfg in (("paper", CFG), ("pay_once", PAY_ONCE)):
+        full = run(cfg, tmp_path / f"full_{name}", progress=False)
+        run(cfg, tmp_path / f"part_{name}", progress=False, max_rounds_this_call=1)
+        resumed = run(cfg, tmp_path / f"part_{name}", resume=True, progress=False)
+        assert (resumed.path / "evaluated.csv").read_bytes() == (
+            full.path / "evaluated.csv"
+        ).read_bytes()
+        assert (resumed.path / "rounds.jsonl").read_text().count("\n") == cfg.rounds + 1
     assert (resumed.path / "evaluated.csv").read_bytes() == (
         full.path / "evaluated.csv"
     ).read_bytes()
@@ -95,6 +148,13 @@ def test_cli_round_mode(tmp_path: pathlib.Path, capsys) -> None:
     argv = [*base, "--rounds", "2", "--generations-per-round", "3", "--out", str(out)]
     assert cli.main([*argv, "--no-progress"]) == 0
     records = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]
+    rounds, _, _ = _evaluated(out)  # pay_once: paid labels = rows of evaluated.csv so far
+    assert len(records) == 2  # round 1 labels the optimum of this easy function
+    assert [r["num_evaluations"] for r in records] == [int(np.sum(rounds <= r)) for r in range(2)]
+    paper = tmp_path / "paper"
+    argv = [*base, "--rounds", "2", "--generations-per-round", "3", "--out", str(paper)]
+    assert cli.main([*argv, "--set", "accounting=every_evaluation", "--no-progress"]) == 0
+    records = [json.loads(line) for line in (paper / "rounds.jsonl").read_text().splitlines()]
     assert [r["num_evaluations"] for r in records] == [640, 832, 1024]  # (10, 13, 16) x 64
     assert json.loads((out / "config.json").read_text())["optimizer"] == "ga"
     assert cli.main([*base, "--rounds", "2", "--seeds", "3", "--out", str(tmp_path / "x")]) == 2

@@ -25,7 +25,8 @@ def _records_without_timings(path):
 
 
 def test_smoke_run_resume_equals_uninterrupted(tmp_path):
-    cfg = _smoke(rounds=2)
+    # the paper's accounting: every proposal paid and appended (pay_once is tested below)
+    cfg = _smoke(rounds=2, accounting="every_evaluation")
     full = optimizer.run(cfg, tmp_path / "full", progress=False)
     rounds, x, y = rundir.RunDirectory(full.path).evaluated()
     n0 = int((rounds == 0).sum())
@@ -70,11 +71,11 @@ def test_smoke_run_resume_equals_uninterrupted(tmp_path):
 
     # interrupted after round 1, then resumed with more rounds allowed
     part = tmp_path / "part"
-    optimizer.run(_smoke(rounds=2), part, progress=False, max_rounds_this_call=1)
+    optimizer.run(cfg, part, progress=False, max_rounds_this_call=1)
     assert [r["round"] for r in rundir.RunDirectory(part).rounds()] == [0, 1]
     with open(part / "rounds.jsonl", "a") as stream:  # a half-written round 2 must be rolled back
         stream.write(json.dumps({"round": 2, "min_regret": 0.5}) + "\n")
-    resumed = optimizer.run(_smoke(rounds=2), part, resume=True, progress=False)
+    resumed = optimizer.run(cfg, part, resume=True, progress=False)
     assert _records_without_timings(part) == _records_without_timings(full.path)
     for a, b in zip(
         rundir.RunDirectory(part).evaluated(), rundir.RunDirectory(full.path).evaluated()
@@ -84,9 +85,34 @@ def test_smoke_run_resume_equals_uninterrupted(tmp_path):
 
     # a resume with another configuration is refused before anything is written
     with pytest.raises(ValueError, match="configuration differs"):
-        optimizer.run(_smoke(rounds=2, alpha=0.5), part, resume=True, progress=False)
+        optimizer.run(cfg.replace(alpha=0.5), part, resume=True, progress=False)
     with pytest.raises(ValueError, match="already holds a run"):
         optimizer.run(cfg, part, progress=False)
+
+
+def test_pay_once_looks_up_repeated_proposals_and_resumes_exactly(tmp_path):
+    cfg = _smoke(rounds=3)
+    assert cfg.accounting == "pay_once"
+    full = optimizer.run(cfg, tmp_path / "full", progress=False)
+    rounds, x, _ = rundir.RunDirectory(full.path).evaluated()
+    records = rundir.RunDirectory(full.path).rounds()
+    assert len(np.unique(x, axis=0)) == len(x)  # no sequence paid twice
+    assert [r["num_evaluations"] for r in records] == [int(np.sum(rounds <= r)) for r in range(4)]
+    assert [r["num_proposals"] for r in records[1:]] == [cfg.num_samples] * 3
+    # this small problem makes LaMBO-2 repeat itself: some proposals were looked up, not paid
+    assert int(np.sum(rounds >= 1)) < 3 * cfg.num_samples
+    # the history holds each labelled sequence once: the paid rows and the public start sequence
+    history = full.state.history
+    assert len(np.unique(history.x, axis=0)) == len(history.x)
+    x0 = ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed)
+    paid = {tuple(row) for row in x.tolist()}
+    assert {tuple(row) for row in history.x.tolist()} - paid <= {tuple(np.asarray(x0).tolist())}
+
+    part = tmp_path / "part"
+    optimizer.run(cfg, part, progress=False, max_rounds_this_call=2)
+    optimizer.run(cfg, part, resume=True, progress=False)
+    assert _records_without_timings(part) == _records_without_timings(full.path)
+    assert (part / "evaluated.csv").read_bytes() == (full.path / "evaluated.csv").read_bytes()
 
 
 def test_bad_input_gives_clear_messages(tmp_path):

@@ -87,6 +87,9 @@ PAPER = {
         "tau": 1e-6,
         "use_constraints": False,
     },
+    # the information contract (llome_jax.oracle): each label paid once, no constraint query
+    "accounting": "pay_once",
+    "constraint_queries": "off",
 }
 
 #: The paper's CNN (ModelConfig fields other than the problem's ``num_states``/``length``).
@@ -148,6 +151,8 @@ def test_paper_preset_one_round_end_to_end(tmp_path):
     assert {k: getattr(lambo.mc, k) for k in PAPER_MODEL} == PAPER_MODEL
     assert "CNN 128/128/128 k5" in lambo.describe() and "8+8 ensemble" in lambo.describe()
 
+    # the paper's accounting (every evaluation paid), whose counts are pinned below
+    cfg = cfg.replace(accounting="every_evaluation")
     result = optimizer.run(cfg, tmp_path / "run", progress=False)
     run_dir = rundir.RunDirectory(result.path)
     # config.json records the configuration that ran

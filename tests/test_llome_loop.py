@@ -129,25 +129,31 @@ def test_smoke_run_files_and_invariants(
     seqs = np.asarray([[int(t) for t in r[1].split(",")] for r in rows[1:]], np.int32)
     values = np.asarray([float(r[2]) for r in rows[1:]])
 
-    # Round 0 = the GA archive (n0 generations from the function's start sequence), deduplicated.
+    # Round 0 = the GA archive (n0 generations from the function's start sequence), deduplicated;
+    # the start sequence is public (never paid), so it is not among the paid rows.
     fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
+    x0 = ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed)
     archive = ga.run_archive(
         named_key(jax.random.key(cfg.seed), "ga"),
         fn,
-        ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed),
+        x0,
         cfg.ga_generations,
         ga.GAConfig(num_particles=cfg.ga.num_particles, mutation_prob=cfg.ga.mutation_prob),
     )
     ga_x, ga_v, _ = archive.to_numpy()
-    np.testing.assert_array_equal(seqs[rounds == 0], ga_x)
-    np.testing.assert_array_equal(values[rounds == 0], ga_v.astype(np.float64))
+    paid = ~(ga_x == np.asarray(x0)).all(axis=1)
+    assert not paid.all()  # this archive holds the start sequence: the case is exercised
+    np.testing.assert_array_equal(seqs[rounds == 0], ga_x[paid])
+    np.testing.assert_array_equal(values[rounds == 0], ga_v[paid].astype(np.float64))
+    assert len(np.unique(seqs, axis=0)) == len(seqs)  # no sequence paid twice
     # Every logged value is the oracle's value of the logged sequence.
     np.testing.assert_array_equal(values, np.asarray(ehrlich.evaluate(fn, seqs), np.float64))
     assert set(rounds.tolist()) == {0, 1, 2}
 
-    # num_evaluations = n0 * n_GA + labels of each round; the labels of a round are distinct.
-    expected = cfg.ga_generations * cfg.ga.num_particles
+    # num_evaluations = paid labels: round 0's distinct GA sequences, then each round's labels.
+    expected = int(paid.sum())
     assert records[0]["num_evaluations"] == expected
+    assert records[0]["num_proposals"] == cfg.ga_generations * cfg.ga.num_particles
     # (the temperature offsets below assume the adaptive schedule without phase resets)
     assert not cfg.reset_temperature_at_phase and cfg.adaptive_temperature
     for record in records[1:]:
@@ -176,14 +182,20 @@ def test_smoke_run_files_and_invariants(
     # No sequence is labelled twice: evaluated.csv is a set (GA data, rounds 1 and 2).
     assert len(np.unique(seqs, axis=0)) == len(seqs)
 
-    # The checkpoint of the last round holds exactly the logged archive.
+    # The checkpoint of the last round holds exactly the logged archive, plus the public start
+    # sequence in round 0's GA data (known to every optimizer, never paid).
     with CheckpointManager(out / "checkpoints") as manager:
         assert manager.latest_step() == 2
         state = restore_checkpoint(manager, _runtime(cfg), cfg)
     assert int(state.round) == 2 and int(state.num_evaluations) == expected
-    np.testing.assert_array_equal(state.archive_sequences, seqs)
-    np.testing.assert_array_equal(state.archive_values, values.astype(np.float32))
-    np.testing.assert_array_equal(state.archive_rounds, rounds)
+    archive = np.asarray(state.archive_sequences)
+    logged = ~(archive == np.asarray(x0)).all(axis=1)
+    assert int(np.sum(~logged)) == 1 and int(np.asarray(state.archive_rounds)[~logged][0]) == 0
+    np.testing.assert_array_equal(archive[logged], seqs)
+    np.testing.assert_array_equal(
+        np.asarray(state.archive_values)[logged], values.astype(np.float32)
+    )
+    np.testing.assert_array_equal(np.asarray(state.archive_rounds)[logged], rounds)
     # MargE's reference model of round 2 is the policy that round 1 ended with.
     with CheckpointManager(out / "checkpoints") as manager:
         device, _ = manager.restore(1, abstract_state(_runtime(cfg), cfg, 1))

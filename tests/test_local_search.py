@@ -51,19 +51,33 @@ def test_a_run_labels_new_single_mutants_and_logs_them_like_an_optimizer(tmp_pat
     from llome_jax import ehrlich
     from llome_jax.rundir import RunDirectory
 
-    args = argparse.Namespace(function="Ehr(8,8)-2-2-2", incumbents=4, mutations=1, per_round=16)
+    args = argparse.Namespace(
+        function="Ehr(8,8)-2-2-2",
+        incumbents=4,
+        mutations=1,
+        per_round=16,
+        accounting="pay_once",
+    )
     directory = local_search.run_directory(tmp_path, args, 1, 0)
     rows = local_search.run("Ehr(8,8)-2-2-2", 1, 0, 2, 16, 4, 1, directory)
-    # 10 GA generations of 1,000 oracle calls, then 16 labels a round.
-    assert [r[4] for r in rows] == [10_000, 10_016, 10_032]
     rounds, sequences, values = RunDirectory(directory.path).evaluated()
+    # round 0 pays the GA archive's distinct sequences (the public start sequence excluded),
+    # then 16 labels a round; the paper's accounting counts the 10 GA generations of 1,000
+    n0 = int(np.sum(rounds == 0))
+    x0 = np.asarray(ehrlich.resolve_initial_solution("Ehr(8,8)-2-2-2", 1))
+    assert [r[4] for r in rows] == [n0, n0 + 16, n0 + 32] and 0 < n0 < 10_000
+    assert not (sequences == x0).all(axis=1).any()
+    paper = local_search.run("Ehr(8,8)-2-2-2", 1, 0, 2, 16, 4, 1, None, "every_evaluation")
+    assert [r[4] for r in paper] == [10_000, 10_016, 10_032]
     assert len({tuple(s) for s in sequences}) == len(sequences)  # nothing labelled twice
     for r in (1, 2):
-        batch, before = sequences[rounds == r], sequences[rounds < r]
+        batch = sequences[rounds == r]
+        before = np.concatenate([sequences[rounds < r], x0[None]])
         assert len(batch) == 16
         nearest = (batch[:, None, :] != before[None, :, :]).sum(-1).min(1)
         assert (nearest == 1).all()
     fn = ehrlich.resolve_function("Ehr(8,8)-2-2-2", 1)
     np.testing.assert_array_equal(values, np.asarray(ehrlich.evaluate(fn, sequences), np.float64))
     logged = [rec["min_regret"] for rec in RunDirectory(directory.path).rounds()]
-    assert logged == [1.0 - values[rounds <= r].max() for r in range(3)]
+    f_x0 = float(np.asarray(ehrlich.evaluate(fn, x0[None].astype(np.int32)))[0])
+    assert logged == [1.0 - max(values[rounds <= r].max(), f_x0) for r in range(3)]

@@ -45,6 +45,7 @@ from llome_jax.lambo2 import design as lambo_design
 from llome_jax.lambo2 import model as lambo_model
 from llome_jax.lambo2 import train as lambo_train
 from llome_jax.objective import Objective, as_objective, ehrlich_objective, objective_config
+from llome_jax.oracle import Oracle, check_contract_settings
 from llome_jax.runner import RoundResult, RunResult, progress_text
 from llome_jax.runner import run as run_rounds
 
@@ -80,6 +81,12 @@ class Lambo2Config:
       warm_start: each round's fit starts from the previous round's fitted weights (fresh Adam
         state and learning-rate schedule) instead of from ``θ0``, the initial fit, as cortex and
         poli-baselines do (off: the reference behaviour; the paper does not say).
+      accounting: "pay_once" (default: a proposal already labelled is looked up, not paid, and
+        joins the history once; round 0 pays the GA's distinct sequences) or "every_evaluation"
+        (the paper's: every proposal paid and appended, round 0 pays ``n0 n``);
+        ``llome_jax.oracle``.
+      constraint_queries: "off" (default: no ``is_feasible`` call) or "free": proposals are
+        screened with ``is_feasible`` (counted) and infeasible ones are not labelled.
     """
 
     function: str = "f2"
@@ -95,8 +102,11 @@ class Lambo2Config:
     train: lambo_train.TrainConfig = dataclasses.field(default_factory=lambo_train.TrainConfig)
     design: lambo_design.DesignConfig = dataclasses.field(default_factory=lambo_design.DesignConfig)
     warm_start: bool = False
+    accounting: str = "pay_once"
+    constraint_queries: str = "off"
 
     def __post_init__(self) -> None:
+        check_contract_settings(self.accounting, self.constraint_queries)
         for name in ("rounds", "num_samples", "ga_generations"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -133,6 +143,9 @@ class Lambo2Config:
 #: (32/32/32, 54,663 parameters) and E = 16 (bbo-bench's value; E = 8 left the MLM head too
 #: weak: 0 % feasible proposals on f2) so that a round takes minutes on 2 cores; ``paper``: the
 #: paper's settings.
+#: Settings added after runs were recorded, with the values that reproduce those runs.
+LEGACY_VALUES: dict[str, Any] = {"accounting": "every_evaluation", "constraint_queries": "off"}
+
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": {
         "num_samples": 32,
@@ -216,12 +229,17 @@ def lambo2_round(
     round_index: int,
     *,
     mesh: Any = None,
+    oracle: Any = None,
 ) -> tuple[History, Any, dict[str, Any]]:
     """Round ``round_index``: retrain from ``theta_init`` (``θ0``, or the previous round's
     weights with ``cfg.warm_start``), choose seeds, design, label (poli-baselines).
 
-    ``fn`` is the Ehrlich instance or an :class:`~llome_jax.objective.Objective` (its checked
-    call labels the proposals).
+    ``fn`` is the Ehrlich instance or an :class:`~llome_jax.objective.Objective`. ``oracle`` (the
+    run's :class:`~llome_jax.oracle.Oracle`) labels the proposals: with ``pay_once`` only the
+    paid (new) ones join the history; with ``constraint_queries="free"`` proposals found
+    infeasible by ``is_feasible`` are not labelled (value ``-inf``, not in the history). Without
+    an oracle, the objective's checked call labels every proposal and all join the history (the
+    paper's accounting).
 
     Returns ``(new history, fitted params, metrics)``; ``metrics`` holds the proposals (``"x"``,
     ``"y"``) and the round's statistics (timings by phase, last-epoch losses, acquisition,
@@ -246,13 +264,30 @@ def lambo2_round(
     )
     proposals = np.asarray(proposals)
     t2 = time.perf_counter()
-    values = np.asarray(objective(proposals), np.float64)
+    screened = np.zeros(len(proposals), bool)
+    if oracle is None:
+        values = np.asarray(objective(proposals), np.float64)
+        new_x, new_y = proposals, values
+    else:
+        if oracle.constraint_queries == "free":
+            screened = ~oracle.feasibility(proposals)
+        values = np.full(len(proposals), -np.inf)
+        if (~screened).any():
+            values[~screened] = oracle.label(proposals[~screened]).values
+        if oracle.pay_once:
+            new_x, new_y = oracle.take_paid(objective.length)
+        else:
+            oracle.take_paid(objective.length)
+            new_x, new_y = proposals[~screened], values[~screened]
     predicted = lambo_design.member_means(mc, params, stats, proposals).mean(0)
     last = losses[-1]
     ens = mc.ensemble_size
     metrics = {
         "x": proposals,
         "y": values,
+        "new_x": new_x,
+        "new_y": new_y,
+        "num_screened_infeasible": int(screened.sum()),
         "mean_hamming": float((proposals != seeds).mean()),
         "mean_reward": float(np.mean(np.asarray(predicted))),
         "train_loss": float(last.mean()),
@@ -268,7 +303,7 @@ def lambo2_round(
         "seconds_train": t1 - t0,
         "seconds_design": t2 - t1,
     }
-    return history.append(proposals, values, round_index), params, metrics
+    return history.append(new_x, new_y, round_index), params, metrics
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,7 +331,7 @@ class Lambo2:
     name = "lambo2"
 
     def upgrade_config(self, saved: dict[str, Any]) -> dict[str, Any]:
-        return saved
+        return {**LEGACY_VALUES, **saved}
 
     def __init__(
         self, cfg: Lambo2Config, objective: Objective | None = None, *, mesh: Any = None
@@ -312,6 +347,7 @@ class Lambo2:
         elif not objective.is_ehrlich:
             objective.validate()
         self.objective = objective
+        self.oracle = Oracle(objective, cfg.accounting, cfg.constraint_queries)
         self.x0 = objective.x0
         self.mc = cfg.model_config(objective.num_states, objective.length)
         if cfg.design.num_mutations > self.mc.length:
@@ -361,7 +397,7 @@ class Lambo2:
         ga_config = ga.GAConfig(num_particles=cfg.ga_particles)
         archive = ga.run_archive(
             jax.random.fold_in(jax.random.fold_in(key, 0), 0),
-            self.objective,
+            self.oracle.cached_objective(),
             self.x0,
             cfg.ga_generations,
             ga_config,
@@ -369,6 +405,10 @@ class Lambo2:
         ax, ay, _ = archive.to_numpy()
         ay = np.where(np.isfinite(ay), ay, -np.inf)
         history = History(ax.astype(np.int32), ay.astype(np.float64), np.zeros(len(ay), np.int64))
+        self.oracle.record_labels(history.x, history.y, num_paid=self._ga_evaluations())
+        paid_x, paid_y = self.oracle.take_paid(self.objective.length)
+        if not self.oracle.pay_once:
+            paid_x, paid_y = history.x, history.y
         theta_init, losses = initial_fit(cfg, self.mc, history)
         record = round_metrics(
             0,
@@ -378,11 +418,12 @@ class Lambo2:
             num_generated=self._ga_evaluations(),
             optimal_value=self.objective.optimal_value,
             worst_value=self.objective.worst_value,
-            num_evaluations=self._ga_evaluations(),
+            num_evaluations=self.oracle.num_paid,
+            num_proposals=self._ga_evaluations(),
             train_loss=float(losses[-1].mean()),
             best_value=float(np.max(history.y)),
         )
-        return Lambo2State(0, theta_init, history), RoundResult(history.x, history.y, record)
+        return Lambo2State(0, theta_init, history), RoundResult(paid_x, paid_y, record)
 
     def round(
         self, state: Lambo2State, *, progress: bool = False
@@ -391,10 +432,17 @@ class Lambo2:
 
         cfg, r = self.cfg, state.round + 1
         history, params, metrics = lambo2_round(
-            cfg, self.objective, state.theta_init, state.history, r, mesh=self.mesh
+            cfg,
+            self.objective,
+            state.theta_init,
+            state.history,
+            r,
+            mesh=self.mesh,
+            oracle=self.oracle,
         )
         start_next = params if cfg.warm_start else state.theta_init
         x, y = metrics.pop("x"), metrics.pop("y")
+        new_x, new_y = metrics.pop("new_x"), metrics.pop("new_y")
         record = round_metrics(
             r,
             x,
@@ -403,11 +451,12 @@ class Lambo2:
             num_generated=cfg.num_samples,
             optimal_value=self.objective.optimal_value,
             worst_value=self.objective.worst_value,
-            num_evaluations=self._ga_evaluations() + r * cfg.num_samples,
+            num_evaluations=self.oracle.num_paid,
+            num_proposals=len(x),
             best_value=float(np.max(history.y)),
             **metrics,
         )
-        return Lambo2State(r, start_next, history), RoundResult(x, y, record)
+        return Lambo2State(r, start_next, history), RoundResult(new_x, new_y, record)
 
     def round_index(self, state: Lambo2State) -> int:
         return state.round
@@ -470,5 +519,6 @@ def run(
 
 
 def expected_oracle_calls(cfg: Lambo2Config) -> int:
-    """``n0 * n_GA + R n``: the run's total oracle budget (paper: 10K + 20K on f2)."""
+    """``n0 * n_GA + R n``: the run's total oracle budget under the paper's accounting
+    (``every_evaluation``; paper: 10K + 20K on f2); ``pay_once`` pays at most this."""
     return cfg.ga_generations * cfg.ga_particles + cfg.rounds * cfg.num_samples

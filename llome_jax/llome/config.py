@@ -54,6 +54,8 @@ LEGACY_VALUES: dict[str, Any] = {
     "dpo_compute_dtype": "float32",
     "text_format": "list",
     "head_on_targets": False,
+    "accounting": "every_evaluation",
+    "constraint_queries": "free",
 }
 
 #: ``(section, key) -> value`` of settings added to the nested configuration whose default is
@@ -323,6 +325,13 @@ class LoopConfig:
       min_unique_candidates: stop when a round produced fewer unique valid candidates (``None``:
         ``num_seeds``).
       data_parallel: shard training/log-prob/generation batches over all devices.
+      accounting: "pay_once" (default: a label is paid once per distinct sequence; round 0 pays
+        the GA's distinct sequences) or "every_evaluation" (the paper's: round 0 pays
+        ``n0 n``); ``llome_jax.oracle``.
+      constraint_queries: "off" (default: the Filter knows feasibility only from labels, so its
+        infeasible cap acts on labelled rows only, and the checkpoint gate's check, as in the
+        authors' code, is the only ``is_feasible`` call, counted) or "free" (refinement and the
+        Filter ask ``is_feasible`` about every candidate, counted).
       preset: the preset the configuration came from (recorded).
     """
 
@@ -351,9 +360,14 @@ class LoopConfig:
     exclude_labelled: bool = True
     min_unique_candidates: int | None = None
     data_parallel: bool = False
+    accounting: str = "pay_once"
+    constraint_queries: str = "off"
     preset: str = "custom"
 
     def __post_init__(self) -> None:
+        from llome_jax.oracle import check_contract_settings
+
+        check_contract_settings(self.accounting, self.constraint_queries)
         for name in ("rounds", "ga_generations", "num_seeds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -472,6 +486,8 @@ def upgrade_saved_config(saved: Mapping[str, Any]) -> dict[str, Any]:
         for (section, key), value in {**fill, **NESTED_LEGACY_VALUES}.items():
             if isinstance(upgraded.get(section), dict) and key not in upgraded[section]:
                 upgraded[section] = {**upgraded[section], key: value}
+        for key in ("accounting", "constraint_queries"):  # the information contract's settings
+            upgraded.setdefault(key, LEGACY_VALUES[key])
         return upgraded
     known = {f.name for f in dataclasses.fields(LoopConfig)} | set(FLAT_KEYS) | {"filter_rule"}
     flat = {k: v for k, v in saved.items() if k in known}

@@ -224,9 +224,12 @@ def selection_candidate(
     val: Any,
     prompts: Any,
     hparams: Any,
+    constraint: Any = None,
 ) -> Any:
     """``selection.Candidate`` of ``params`` after ``step`` updates: the validation loss (mean
-    over the units of the ``val`` batches ``[(batch, real units)]``) and the greedy gate."""
+    over the units of the ``val`` batches ``[(batch, real units)]``) and the greedy gate, whose
+    constraint check is ``constraint`` (the run oracle's counted view,
+    ``Oracle.constraint_view``; ``None``: ``rt.fn``'s own, uncounted)."""
     from llome_jax.llome import selection
 
     evaluate = eval_step(rt, cfg, loss)
@@ -234,7 +237,12 @@ def selection_candidate(
     val_loss = float(np.sum(jax.device_get(summed))) / sum(count for _, count in val)
     policy = model_with(rt.model, params)
     gate = selection.greedy_gate(
-        policy, rt.codec, rt.fn, prompts, batch_size=cfg.refine.batch_size, mesh=rt.mesh
+        policy,
+        rt.codec,
+        rt.fn if constraint is None else constraint,
+        prompts,
+        batch_size=cfg.refine.batch_size,
+        mesh=rt.mesh,
     )
     return selection.Candidate(step, val_loss, gate)
 
@@ -249,8 +257,11 @@ def train(
     progress: bool,
     epochs: int | None = None,
     round_index: int = 2,
+    constraint: Any = None,
 ) -> tuple[Any, Any, float, dict[str, Any]]:
     """Train ``params`` on ``data``: ``(params, opt_state, mean loss, info)``.
+
+    ``constraint``: the checkpoint gate's constraint check (``selection_candidate``).
 
     ``info``: ``train_steps``, ``learning_rate``. With checkpoint selection for ``loss``
     (``cfg.finetune.select_checkpoint``, ``llome_jax.llome.selection``) training uses the 95 % split of the
@@ -358,7 +369,7 @@ def train(
                 if done in saves:
                     t = time.perf_counter()
                     candidate = selection_candidate(
-                        rt, cfg, loss, done, state.params, val, prompts, hparams
+                        rt, cfg, loss, done, state.params, val, prompts, hparams, constraint
                     )
                     chosen, is_best = chosen.consider(candidate)
                     if is_best:  # a host copy: the next step donates state.params

@@ -10,11 +10,14 @@ runs:
 * :mod:`~llome_jax.llome.finetune`: the training data ``D_i`` and ``Train(theta_i, D_i)``;
 * :mod:`~llome_jax.llome.round`: one round (train, refine, filter, label).
 
-Oracle accounting (paper Fig. 3: "the first 10K test function evaluations ... correspond to the
-solutions produced by the GA pre-solver"): ``num_evaluations = n0 * n_GA + sum_i |S_i|``.
-``evaluated.csv`` holds the GA's *distinct* sequences (round 0) and every sequence labelled by a
-round. Feasibility checks of candidates inside refinement/Filter (``ehrlich.is_feasible``, the
-constraint check, not the objective) are not counted as oracle calls.
+Oracle accounting (``llome_jax.oracle``, the information contract every optimizer follows):
+``num_evaluations`` counts paid labels. With ``accounting="pay_once"`` (default) round 0 pays the
+GA seed data's distinct sequences, and each round its ``j`` new ones; ``"every_evaluation"`` is
+the paper's (Fig. 3: "the first 10K test function evaluations ... correspond to the solutions
+produced by the GA pre-solver"): ``n0 * n_GA + sum_i |S_i|``. ``evaluated.csv`` holds each paid
+sequence once. Refinement and the Filter ask no constraint query unless
+``constraint_queries="free"``; the checkpoint gate's check (the authors' code) is counted
+(``num_constraint_queries`` in ``rounds.jsonl``).
 
 **Objectives.** ``Llome(cfg, objective=...)`` (and :func:`run`) optimises an
 :class:`~llome_jax.objective.Objective` instead of ``cfg.function``: its checked calls label the
@@ -34,12 +37,14 @@ configuration and changes no other output; a resumed round rewrites its file ide
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import pathlib
 from collections.abc import Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from llome_jax.llome.config import (
@@ -66,6 +71,7 @@ from llome_jax.llome.state import (
     stop_message,
 )
 from llome_jax.objective import Objective, objective_config
+from llome_jax.oracle import Oracle
 from llome_jax.runner import RoundResult, RunResult
 from llome_jax.runner import run as run_rounds
 
@@ -127,6 +133,7 @@ class Llome:
         self.cfg = cfg
         self.seed = cfg.seed
         self.runtime = Runtime.build(cfg, objective) if runtime is None else runtime
+        self.oracle = Oracle(self.runtime.objective, cfg.accounting, cfg.constraint_queries)
         self.candidates_dir = None if candidates_dir is None else pathlib.Path(candidates_dir)
 
     @property
@@ -151,32 +158,57 @@ class Llome:
     def init(self, key: jax.Array) -> tuple[LoopState, RoundResult]:
         from llome_jax.rundir import round_metrics
 
-        state = init_state(key, self.runtime, self.cfg)
+        cfg, oracle = self.cfg, self.oracle
+        runtime = self.runtime
+        if oracle.cached_objective() is not runtime.objective:  # a host objective: pay once
+            runtime = dataclasses.replace(runtime, objective=oracle.cached_objective())
+        state = init_state(key, runtime, cfg)
         x, v = state.latest()
+        num_particles = cfg.ga_generations * cfg.ga.num_particles
+        oracle.record_labels(x, v, num_paid=num_particles)
+        paid_x, paid_v = oracle.take_paid(self.objective.length)
+        if not oracle.pay_once:
+            paid_x, paid_v = x, v
+        state = dataclasses.replace(state, num_evaluations=jnp.asarray(oracle.num_paid, jnp.int32))
         record = round_metrics(
             0,
             x,
             v,
             v,
-            num_generated=int(state.num_evaluations),
+            num_generated=num_particles,
             optimal_value=self.objective.optimal_value,
             worst_value=self.objective.worst_value,
-            num_evaluations=int(state.num_evaluations),
+            num_evaluations=oracle.num_paid,
+            num_proposals=num_particles,
             loss="ga",
             best_value=float(np.max(v)) if v.size else float("nan"),
         )
-        return state, RoundResult(x, v, record)
+        return state, RoundResult(paid_x, paid_v, record)
 
     def round(
         self, state: LoopState, *, progress: bool = False
     ) -> tuple[LoopState, RoundResult | None]:
         on_candidates = None if self.candidates_dir is None else self._write_candidates
+        if self.oracle.num_paid != int(state.num_evaluations):  # a state from elsewhere
+            self.oracle.restore(
+                state.archive_sequences,
+                state.archive_values,
+                num_paid=int(state.num_evaluations),
+                num_constraint_queries=self.oracle.num_constraint_queries,
+            )
         new_state, metrics = llome_round(
-            state, self.runtime, self.cfg, progress=progress, on_candidates=on_candidates
+            state,
+            self.runtime,
+            self.cfg,
+            progress=progress,
+            on_candidates=on_candidates,
+            oracle=self.oracle,
         )
         if metrics["round"] is None:
             return new_state, None
-        x, v = new_state.latest()
+        x, v = self.oracle.take_paid(self.objective.length)
+        if not self.oracle.pay_once:
+            x, v = new_state.latest()
         return new_state, RoundResult(x, v, metrics)
 
     def _write_candidates(self, log: Mapping[str, Any]) -> None:

@@ -7,6 +7,15 @@
     S_i+1     = {(x, f(x)) : x in X_i+1}             # the only oracle calls of the round
     S         = S u S_i+1                            # the archive (every labelled sequence)
 
+Information contract (``llome_jax.oracle``): labels come from the run's :class:`Oracle` (paid
+once per sequence). Refinement and the Filter know a candidate's feasibility from labels only,
+unless ``cfg.constraint_queries == "free"`` (then ``is_feasible`` is asked, counted): the paper's
+Filter splits by ``f(x)``, which an unlabelled candidate does not have, and the authors' code caps
+infeasible sequences only among labelled data (PropEn pairs). The checkpoint gate keeps its
+constraint check (the authors' code), counted. ``frac_feasible_generated`` and the candidate log's
+``feasible`` / ``values`` are diagnostics of an Ehrlich function computed with its kernel, never
+fed back (NaN for another objective).
+
 With ``LoopConfig.training_data = "cumulative"`` the round trains on, and takes its seeds from,
 the whole archive ``S`` (the main text's ``D^(i)``) instead of ``S_i``. :func:`llome_round` is a
 deterministic function of ``(state, cfg)`` (and the runtime), so a run resumed from the checkpoint
@@ -37,7 +46,8 @@ __all__ = ["CANDIDATE_FIELDS", "llome_round"]
 #: candidates (before the Filter): ``sequences`` / ``inputs`` int32 ``[M, L]``,
 #: ``log_likelihood`` / ``log_likelihood_raw`` float32 ``[M]`` (mean per-token log-prob, processed
 #: and raw), ``iteration`` int32 ``[M]`` (1-based refinement iteration), ``temperature`` float32
-#: ``[M]`` (0 = greedy), ``seed_index`` int32 ``[M]``, ``feasible`` bool ``[M]``, ``selected``
+#: ``[M]`` (0 = greedy), ``seed_index`` int32 ``[M]``, ``feasible`` bool ``[M]`` (diagnostic:
+#: Ehrlich's kernel, never fed back; for another objective what the Filter knew), ``selected``
 #: bool ``[M]`` (chosen by the Filter, i.e. labelled), ``values`` float32 ``[M]`` (``f(x)``; for
 #: an Ehrlich function every candidate, a diagnostic that is not counted as oracle budget; for
 #: another objective only the selected rows, NaN elsewhere), plus the scalars ``round`` and
@@ -63,6 +73,7 @@ def llome_round(
     *,
     progress: bool = False,
     on_candidates: Callable[[dict[str, Any]], None] | None = None,
+    oracle: Any = None,
 ) -> tuple[LoopState, dict[str, Any]]:
     """One LLOME round (module docstring). Deterministic in ``(state, cfg)``; ``state`` is kept.
 
@@ -70,6 +81,9 @@ def llome_round(
     with the round's candidates before the Filter (:data:`CANDIDATE_FIELDS`: likelihoods,
     refinement iteration, Filter choice, values); it changes nothing else in the round (the
     paper's Figs. "calibration", "iterative refinement" and "candidate selection" need it).
+
+    ``oracle``: the run's :class:`~llome_jax.oracle.Oracle` (labels and constraint queries,
+    counted); ``None``: a fresh one holding the state's archive, with ``cfg``'s settings.
 
     Returns:
       ``(new_state, metrics)``; ``metrics`` holds the ``rounds.jsonl`` fields (except
@@ -84,6 +98,15 @@ def llome_round(
     from llome_jax.llome.temperature import TemperatureSchedule, temperature_offset, temperatures
     from llome_jax.rundir import round_metrics
 
+    if oracle is None:
+        from llome_jax.oracle import Oracle
+
+        oracle = Oracle(rt.objective, cfg.accounting, cfg.constraint_queries)
+        oracle.restore(
+            state.archive_sequences,
+            state.archive_values,
+            num_paid=int(state.num_evaluations),
+        )
     r = state.round_index + 1
     loss = cfg.loss(r)
     next_key, round_key = jax.random.split(state.key)
@@ -109,7 +132,7 @@ def llome_round(
     ft = cfg.finetune
     epochs = ft.first_round_epochs if r == 1 and ft.first_round_epochs else ft.epochs
     params, opt_state, train_loss, train_info = finetune.train(
-        k_train, rt, cfg, loss, data, state.params, progress, epochs, r
+        k_train, rt, cfg, loss, data, state.params, progress, epochs, r, oracle.constraint_view()
     )
     times["time_train"] = time.perf_counter() - t
 
@@ -139,7 +162,7 @@ def llome_round(
             k_refine,
             policy,
             rt.codec,
-            rt.fn,  # its constraint check only
+            oracle.candidate_view(),  # its constraint check only: labels, or counted queries
             seeds,
             temps,
             cfg.refine,
@@ -173,14 +196,17 @@ def llome_round(
     objective = rt.objective
     new_x = candidates[chosen.indices].astype(np.int32)
     if new_x.shape[0]:
-        new_v = objective(new_x)  # the round's oracle calls (checked: float32 [j])
+        new_v = oracle.label(new_x).values  # the round's oracle calls (checked: float32 [j])
     else:
         new_v = np.zeros((0,), np.float32)
     times["time_oracle"] = time.perf_counter() - t
+    generated_feasible = _diagnostic_feasible(objective, candidates, refined.feasible)
 
     if on_candidates is not None:
         on_candidates(
-            _candidate_log(r, loss, objective, refined, candidates, chosen.indices, new_v)
+            _candidate_log(
+                r, loss, objective, refined, candidates, chosen.indices, new_v, generated_feasible
+            )
         )
 
     # Diagnostic only (not oracle budget, never fed back): reward of each labelled edit.
@@ -192,7 +218,7 @@ def llome_round(
     archive_r = np.concatenate(
         [np.asarray(state.archive_rounds), np.full(new_v.shape, r, np.int32)]
     )
-    num_evaluations = int(state.num_evaluations) + int(new_v.size)
+    num_evaluations = int(oracle.num_paid)
     stop = 0
     if found_optimum(archive_v, objective.optimal_value):
         stop = 1
@@ -239,14 +265,25 @@ def llome_round(
         num_novel=num_novel,
         frac_novel=num_novel / num_unique if num_unique else float("nan"),
         num_selected=int(new_v.size),
-        frac_feasible_generated=float(np.mean(np.asarray(refined.feasible)))
-        if num_unique
+        num_proposals=int(new_v.size),
+        frac_feasible_generated=float(np.mean(generated_feasible))
+        if num_unique and objective.is_ehrlich
         else float("nan"),
         best_value=float(np.max(archive_v)) if archive_v.size else float("nan"),
         stop_reason=stop_message(stop, objective.optimal_value),
         **times,
     )
     return new_state, metrics
+
+
+def _diagnostic_feasible(objective: Any, candidates: np.ndarray, known: Any) -> np.ndarray:
+    """Feasibility of the round's candidates for the records (never fed back): an Ehrlich
+    function's own kernel (not a query the optimizer made), else what the Filter knew."""
+    if objective.is_ehrlich and candidates.shape[0]:
+        from llome_jax import ehrlich
+
+        return np.asarray(ehrlich.is_feasible(objective.ehrlich, candidates), bool)
+    return np.asarray(known, bool)
 
 
 def _candidate_log(
@@ -257,6 +294,7 @@ def _candidate_log(
     candidates: np.ndarray,
     chosen: np.ndarray,
     new_v: np.ndarray,
+    feasible: np.ndarray,
 ) -> dict[str, Any]:
     """The ``on_candidates`` record of round ``r`` (:data:`CANDIDATE_FIELDS`)."""
     m = candidates.shape[0]
@@ -277,7 +315,7 @@ def _candidate_log(
         "iteration": np.asarray(refined.iteration, np.int32),
         "temperature": np.asarray(refined.temperature, np.float32),
         "seed_index": np.asarray(refined.seed_index, np.int32),
-        "feasible": np.asarray(refined.feasible, bool),
+        "feasible": np.asarray(feasible, bool),
         "selected": selected,
         "values": values,
     }

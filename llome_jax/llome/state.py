@@ -87,7 +87,7 @@ class LoopState:
         round 0 a copy of the initial parameters). The next round's reference is ``params``.
       opt_state: optimizer state at the end of the last round's training (diagnostic: every
         round starts a fresh optimizer, as the reference).
-      num_evaluations: int32 ``[]`` oracle calls so far (``n0 * n_GA + sum |S_i|``).
+      num_evaluations: int32 ``[]`` labels paid so far (``llome_jax.oracle``).
       mean_hamming: float32 ``[]`` mean fractional Hamming distance of the last round's valid
         generations to their inputs (NaN: none yet) - drives the temperature offset.
       temperature_offset: float32 ``[]`` the offset the last round sampled with.
