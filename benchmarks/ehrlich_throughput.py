@@ -15,6 +15,9 @@ calls). Peak RSS therefore covers the evaluation with its input resident, not in
     python benchmarks/ehrlich_throughput.py --quick --host --devices 2
         # also time the public call on a NumPy batch (validation, size buckets, the batch split
         # over the usable cores, results back on the host), interleaved with the jitted one
+    JAX_PLATFORMS=cuda python benchmarks/ehrlich_throughput.py --functions f2,f4 --batches 1e7
+        # on a GPU: the default path uses the backend's default chunk (65,536; each row reports
+        # `chunk_size` and `backend`); add --chunk-sizes 512,0 to time other chunks beside it
     python benchmarks/ehrlich_throughput.py --quick --holo-python /path/to/venv/bin/python
         # also time pytorch-holo's Ehrlich on the same cells, in the same run
         # (that interpreter needs torch and pytorch-holo; see _holo_ehrlich_worker.py)
@@ -169,7 +172,10 @@ def measure(
         "peak_rss_mb": _peak_rss_mb() if reset else None,
         "input_mb": batch * length * 4 / 2**20,
         "frac_feasible": frac_feasible,
+        # what evaluate() uses with no chunk_size on this backend (L1-sized on CPU, 65,536 on a
+        # GPU/TPU): the "current" timings are the default path
         "chunk_size": ehrlich.default_chunk_size(fn.config),
+        "backend": jax.default_backend(),
     }
 
 
@@ -205,8 +211,8 @@ def main() -> None:
         "--chunk-sizes",
         default="",
         help="also time evaluate(..., chunk_size=N) for these comma-separated N (0 = the whole "
-        "batch), interleaved with the default; e.g. on a GPU, where the default L1-sized chunks "
-        "leave the device idle",
+        "batch), interleaved with the default (which depends on the backend: "
+        "ehrlich.default_chunk_size; reported as chunk_size)",
     )
     parser.add_argument(
         "--worker", nargs=3, metavar=("FUNCTION", "BATCH", "DEVICES"), help=argparse.SUPPRESS
@@ -293,6 +299,7 @@ def main() -> None:
                     f"{function:8s} {row['name']:18s} {int(batch):>9d} {devices:>3d} "
                     f"{row['best_seq_per_s']:>11.3e} "
                     f"{row['median_seq_per_s']:>11.3e} {peak:>9s} {ratio:>7s}"
+                    + f"  default chunk {row['chunk_size']} ({row['backend']})"
                     + (
                         f"  previous {row['previous_best_seq_per_s']:.3e} "
                         f"(x{row['speedup_vs_previous']:.2f})"

@@ -161,3 +161,65 @@ def test_input_is_transposed_as_bytes_and_never_widened(dtype):
     widening = _token_path_problems(widening_kernel, fn, x, chunk)
     # int32 input is already int32, so only the narrower dtypes can be widened
     assert any("widens" in problem for problem in widening) == (dtype != jnp.int32), widening
+
+
+# ---------------------------------------------------------------------------------------------
+# The default chunk size depends on the backend; values never do
+# ---------------------------------------------------------------------------------------------
+#: The CPU defaults before the accelerator default existed (``[L, chunk]`` bytes ~ 16 KiB).
+CPU_CHUNKS_BEFORE = {"f1": 128, "f2": 512, "f3": 128, "f4": 128}
+
+
+def test_default_chunk_size_per_backend(monkeypatch):
+    """On CPU the default is unchanged (16 KiB blocks: 512 for L=32, 128 for L=128); with the
+    backend reported as a GPU (or TPU) it is 65,536 for every paper instance, and for a long
+    ``L`` the padded ``[2L, chunk]`` byte block is capped at 16 MiB."""
+    assert jax.default_backend() == "cpu"
+    for name, before in CPU_CHUNKS_BEFORE.items():
+        config = eh.paper_function(name).config
+        assert F.default_chunk_size(config) == before
+        assert F.default_chunk_size(config, "cpu") == before
+        assert F.default_chunk_size(config, "gpu") == 65_536
+        assert F.default_chunk_size(config, "tpu") == 65_536
+    long = eh.EhrlichConfig(num_states=32, dim=1000, num_motifs=4, motif_length=4)
+    assert F.default_chunk_size(long, "cpu") == 64  # max(64, 2^14 // 1000), unchanged formula
+    assert F.default_chunk_size(long, "gpu") == 8192  # 2^24 // 2000 = 8388 -> 8192
+    assert 2 * long.dim * F.default_chunk_size(long, "gpu") <= F.ACCELERATOR_BLOCK_BYTES
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert F.default_chunk_size(eh.paper_function("f2").config) == 65_536
+
+
+def test_evaluate_uses_the_backend_default_and_values_are_unchanged(monkeypatch):
+    """``evaluate`` with no ``chunk_size`` passes the backend's default to the kernel: the CPU
+    value here, 65,536 once ``jax.default_backend()`` reports a GPU (a dry run of the GPU path on
+    CPU: the same XLA:CPU kernel runs with the GPU chunk), and the values are bit-identical;
+    ``chunk_size=`` still overrides. A sharded array's own devices (CPU) decide over the default
+    backend."""
+    fn = eh.paper_function("f2")
+    x = _batch(fn, 1500, seed=7)
+    expected = _reference(fn, x)
+    chunks: list[int] = []
+    kernel = F._evaluate
+
+    def recording(f: eh.Ehrlich, tokens: Any, chunk_size: int) -> jax.Array:
+        chunks.append(chunk_size)
+        return kernel(f, tokens, chunk_size)
+
+    monkeypatch.setattr(F, "_evaluate", recording)
+    cpu = np.asarray(eh.evaluate(fn, x, threads=1))
+    assert chunks == [512]
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    gpu = np.asarray(eh.evaluate(fn, x))
+    overridden = np.asarray(eh.evaluate(fn, x, chunk_size=100))
+    assert chunks == [512, 65_536, 100]
+    for got in (cpu, gpu, overridden):
+        np.testing.assert_array_equal(got.view(np.int32), expected.view(np.int32))
+
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((2,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    sharded = jax.device_put(jnp.asarray(x[:1000]), NamedSharding(mesh, P("data")))
+    got = np.asarray(eh.evaluate(fn, sharded))
+    assert chunks[-1] == 512  # the array lives on CPU devices: the CPU default
+    np.testing.assert_array_equal(got.view(np.int32), expected[:1000].view(np.int32))
