@@ -9,6 +9,9 @@ and a CSV per figure (issue 16).
     python experiments/paper.py --out results/paper --report-only          # redraw from finished runs
     python experiments/paper.py --scale cpu --out results/paper --runs "f2/LaMBO-2_*"  # a second worker
     python experiments/paper.py --scale cpu --out results/paper --workers 2   # one process per core
+    python experiments/paper.py --scale cpu --out results/paper --print-jobs > jobs.txt
+        # one self-contained command per run, then the report's: for a SLURM array, Ray or GNU
+        # parallel across machines (README: "Paper figures")
 
 Every run (GA, LLOME-SFT/-MargE/-DPO/-REINFORCE, SFT_i-MargE_j pipelines, LaMBO-2) is a run
 directory ``OUT/runs/<function>/<method>_seed<k>/`` of the shared round driver
@@ -41,11 +44,13 @@ import csv
 import dataclasses
 import fnmatch
 import functools
+import glob
 import io
 import json
 import math
 import os
 import pathlib
+import shlex
 import subprocess
 import sys
 import time
@@ -1520,6 +1525,43 @@ def write_report(
 # ------------------------------------------------------------------------------------------
 # Command line
 # ------------------------------------------------------------------------------------------
+def job_commands(
+    scale: str,
+    out: pathlib.Path,
+    figures: Sequence[str],
+    methods: Sequence[str],
+    plan: Sequence[RunSpec],
+    sweep: bool,
+    python: str = sys.executable,
+) -> list[str]:
+    """One self-contained shell command per planned run, then the GA difficulty sweep's (when
+    ``sweep``), then the report's (``--report-only``), for ``--print-jobs``.
+
+    Each command names this interpreter, this script and ``out`` by absolute paths (so it runs
+    from any directory of a machine that sees the same file system), repeats the plan's
+    selection (``--scale``, ``--only``, ``--methods``: the same plan is built) and selects one
+    run with ``--runs NAME`` (the name glob-escaped, so it matches itself only) and
+    ``--no-report``. Run directories are independent and resumable, so the run commands may run
+    in any order, on any machines, concurrently or again; the last command writes the report
+    once they are done.
+    """
+    base = [
+        python,
+        str(HERE / "paper.py"),
+        "--scale",
+        scale,
+        "--out",
+        str(out.resolve()),
+        "--only",
+        ",".join(figures),
+        "--methods",
+        ",".join(methods),
+    ]
+    names = [spec.name for spec in plan] + (["ga_difficulty"] if sweep else [])
+    lines = [shlex.join([*base, "--runs", glob.escape(name), "--no-report"]) for name in names]
+    return [*lines, shlex.join([*base, "--report-only"])]
+
+
 def _figures_arg(text: str | None) -> list[str]:
     if not text:
         return list(FIGURES)
@@ -1585,6 +1627,20 @@ def main(argv: list[str] | None = None) -> int:
         "enough (they take the runs in plan order, skipping one another's); the report is "
         "written once all are done",
     )
+    parser.add_argument(
+        "--print-jobs",
+        action="store_true",
+        help="print one self-contained shell command per planned run (after --only, --methods, "
+        "--runs), then the difficulty sweep's and, last, the report's, and exit: run them with a "
+        "SLURM array, Ray or GNU parallel (absolute paths; run directories are independent and "
+        "resumable)",
+    )
+    parser.add_argument(
+        "--no-report",
+        action="store_true",
+        help="do not write the report after the runs (the --print-jobs commands; their last "
+        "command, --report-only, writes it once)",
+    )
     parser.add_argument("--worker-tag", default="", help=argparse.SUPPRESS)
     parser.add_argument("--pin-core", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-progress", action="store_true")
@@ -1595,6 +1651,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"unknown scale {args.scale!r}; choose from {', '.join(SCALES)}")
         if args.workers < 1:
             raise ValueError(f"--workers must be >= 1, got {args.workers}")
+        if args.print_jobs and (args.dry_run or args.report_only or args.workers > 1):
+            raise ValueError(
+                "--print-jobs prints commands: not with --dry-run, --report-only or --workers"
+            )
         figures = _figures_arg(args.only)
         methods = _methods_arg(args.methods)
     except ValueError as error:
@@ -1620,6 +1680,10 @@ def main(argv: list[str] | None = None) -> int:
     sweep_cost = 12 * (12.0 + 0.004 * scale.difficulty_seeds * scale.difficulty_generations)
     total = sum(costs.values()) + (sweep_cost if "difficulty_pareto" in figures else 0.0)
     out = pathlib.Path(args.out)
+    if args.print_jobs:
+        for line in job_commands(args.scale, out, figures, methods, plan, sweep):
+            print(line)
+        return 0
     if args.dry_run:
         print(
             f"{len(plan)} runs at scale {args.scale} ({scale.rounds} rounds each), "
@@ -1663,6 +1727,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0  # a helper: the first process writes the report
         if failed:
             print(f"{failed} worker(s) failed; their runs resume on the next call", flush=True)
+        if args.no_report:
+            return 0
     write_report(out, args.scale, scale, report_plan, figures, total)
     print(f"wrote {out / 'report.md'}")
     return 0

@@ -476,3 +476,69 @@ def test_report_from_hand_made_runs_has_one_verdict_per_claim(
         "- f2: LLOME-MargE performs the best: **not comparable** (its runs count labels" in report
     )
     assert "mixed: budget verdicts are not comparable" in report
+
+
+def _job_argv(paper, line: str) -> list[str]:
+    """A printed job line -> the arguments of ``paper.main``, after checking that it is a
+    complete command naming this interpreter and the script by absolute paths."""
+    import shlex
+
+    words = shlex.split(line)
+    assert words[0] == sys.executable and pathlib.Path(words[0]).is_absolute()
+    assert pathlib.Path(words[1]) == ROOT / "experiments" / "paper.py"
+    return words[2:]
+
+
+def test_print_jobs_gives_one_self_contained_command_per_run(
+    paper, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """``--print-jobs`` prints one command per planned run (12 at smoke scale), the difficulty
+    sweep's, and last the report's; replaying a run command (from another working directory,
+    with ``run_one`` stubbed so nothing is trained) runs exactly its run into
+    ``OUT/runs/<name>`` and writes no report; the report command runs nothing and writes it.
+    Filters (``--only``, ``--methods``, ``--runs``) carry over into the commands."""
+    out = tmp_path / "out"
+    monkeypatch.chdir(tmp_path)
+    assert paper.main(["--scale", "smoke", "--out", "out", "--print-jobs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    plan = paper.build_plan(paper.SCALES["smoke"], list(paper.METHODS), list(paper.FIGURES))
+    assert len(plan) == 12 and len(lines) == len(plan) + 2
+    assert not out.exists()  # printing writes nothing
+
+    calls: list[tuple[str, pathlib.Path]] = []
+    reports: list[pathlib.Path] = []
+    sweeps: list[pathlib.Path] = []
+    monkeypatch.setattr(
+        paper, "run_one", lambda spec, scale, path, progress: calls.append((spec.name, path))
+    )
+    monkeypatch.setattr(paper, "run_difficulty", lambda scale, path: sweeps.append(path))
+    monkeypatch.setattr(paper, "write_report", lambda out, *rest: reports.append(out))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the commands are cd-independent
+    for spec, line in zip(plan, lines, strict=False):
+        argv = _job_argv(paper, line)
+        assert argv[argv.index("--out") + 1] == str(out) and "--no-report" in argv
+        calls.clear()
+        assert paper.main(argv) == 0
+        assert calls == [(spec.name, out / "runs" / spec.name)]  # exactly this run
+    assert reports == [] and sweeps == []
+    argv = _job_argv(paper, lines[-2])  # the sweep, by itself
+    assert paper.main(argv) == 0 and not calls[1:] and sweeps == [out / "runs" / "ga_difficulty"]
+    calls.clear()
+    argv = _job_argv(paper, lines[-1])
+    assert "--report-only" in argv and "--runs" not in argv
+    assert paper.main(argv) == 0
+    assert calls == [] and reports == [out]
+
+    capsys.readouterr()
+    argv = ["--scale", "smoke", "--out", str(out), "--only", "1", "--methods", "GA,LaMBO-2"]
+    assert paper.main([*argv, "--runs", "f2/*", "--print-jobs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3  # f2's GA and LaMBO-2 (one smoke seed), then the report
+    assert [_job_argv(paper, line)[-2] for line in lines[:2]] == ["f2/GA_seed0", "f2/LaMBO-2_seed0"]
+    for line in lines:
+        assert "--only solver --methods GA,LaMBO-2" in line
+    with pytest.raises(SystemExit) as exit_info:
+        paper.main([*argv, "--print-jobs", "--dry-run"])
+    assert exit_info.value.code == 2
