@@ -305,8 +305,8 @@ class GeneticAlgorithm:
     def plot(self, run_dir: Any) -> None:
         from llome_jax.rundir import plot_options
 
-        title = f"GA on {self.problem} (seed {self.cfg.seed})"
-        run_dir.plot_regret("GA", title, log_x=False, **plot_options(self.objective))
+        # legend and heading come from config.json (RunDirectory.plot_regret), as compare names
+        run_dir.plot_regret(log_x=False, **plot_options(self.objective))
 
 
 def run(

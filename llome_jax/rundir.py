@@ -284,8 +284,9 @@ class RunDirectory:
             resume with their old behaviour, and refuse a new one).
           upgrade: turns a saved ``config.json`` written by an earlier version into today's form
             (after ``legacy_values``), before the comparison.
-          lock: hold an exclusive lock on the directory until :meth:`release` (taken after the
-            checks, before ``config.json`` is written).
+          lock: hold an exclusive lock on the directory until :meth:`release` (taken before the
+            checks when the directory exists, so that a second process starting the same run
+            is told it is in use; otherwise once it is made, before ``config.json`` is written).
 
         On resume, ``config.json`` never contradicts the data: an integer ``rounds`` is stored as
         the larger of the saved and the requested target, and a request below the rounds
@@ -305,7 +306,42 @@ class RunDirectory:
         directory = pathlib.Path(path)
         if directory.exists() and not directory.is_dir():
             raise ValueError(f"{directory} is a file, not a run directory; choose another --out.")
-        config = _normalise(dict(config))
+        # the lock first, so that of two processes starting the same run at once one is told the
+        # directory is in use (RunDirectoryInUseError), never that it "already holds a run"
+        handle = _acquire_lock(directory) if lock and directory.is_dir() else None
+        try:
+            config = _normalise(dict(config))
+            config = cls._checked_config(
+                directory, config, resume, mutable_keys, upgrade, legacy_values
+            )
+        except BaseException:
+            if handle is not None:
+                handle.close()
+            raise
+        directory.mkdir(parents=True, exist_ok=True)
+        if lock and handle is None:
+            handle = _acquire_lock(directory)
+            if (directory / cls.CONFIG).exists() and not resume:  # created meanwhile
+                handle.close()
+                raise RunDirectoryInUseError(
+                    f"{directory} was just started by another process; it is left to that one."
+                )
+        atomic_write_text(
+            directory / cls.CONFIG, json.dumps(config, indent=1, sort_keys=True) + "\n"
+        )
+        return cls(directory, handle)
+
+    @classmethod
+    def _checked_config(
+        cls,
+        directory: pathlib.Path,
+        config: dict[str, Any],
+        resume: bool,
+        mutable_keys: Sequence[str],
+        upgrade: Any,
+        legacy_values: Mapping[str, Any] | None,
+    ) -> dict[str, Any]:
+        """The configuration :meth:`create` writes, after its checks (its docstring)."""
         config_path = directory / cls.CONFIG
         if resume:
             if not config_path.exists():
@@ -347,10 +383,7 @@ class RunDirectory:
             raise ValueError(
                 f"{directory} already holds a run; pass --resume to continue it or choose another --out."
             )
-        directory.mkdir(parents=True, exist_ok=True)
-        handle = _acquire_lock(directory) if lock else None
-        atomic_write_text(config_path, json.dumps(config, indent=1, sort_keys=True) + "\n")
-        return cls(directory, handle)
+        return config
 
     def release(self) -> None:
         """Release the lock taken by ``create(..., lock=True)`` (a no-op without one)."""
@@ -560,7 +593,7 @@ def plot_regret_curves(
     *,
     title: str = "",
     ylabel: str = "min simple regret",
-    xlabel: str = "number of evaluations",
+    xlabel: str = "labels paid",
     log_x: bool = True,
     ylim: tuple[float, float] | None = (-0.02, 1.02),
     unit: str | None = "run",

@@ -248,6 +248,8 @@ def test_llome_command_silences_transformers_pytorch_advice(tmp_path: pathlib.Pa
     err = stderr(code)
     assert "PyTorch was not found" not in err
     assert "a real warning" in err  # ordinary warnings still show
+    # Python users importing the tokenizer (which imports transformers) see no advice either
+    assert "PyTorch was not found" not in stderr("import llome_jax.lm.tokenizer")
 
 
 def test_many_seeds_ga_files_legend_and_title(

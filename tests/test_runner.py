@@ -136,6 +136,10 @@ def test_a_second_process_on_a_running_directory_stops_before_writing(tmp_path):
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(RunDirectoryInUseError, match="in use"):
             runner.run(Countdown(rounds=3), part, resume=True, progress=False)
+        # a second process starting the same run as a new one (the paper driver's workers do)
+        # is told the directory is in use, not that it "already holds a run"
+        with pytest.raises(RunDirectoryInUseError, match="in use"):
+            runner.run(Countdown(rounds=3), part, progress=False)
         assert {p.name: p.read_bytes() for p in part.iterdir() if p.is_file()} == before
     finally:
         holder.communicate("")

@@ -101,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     # transformers (imported for the tokenizer) warns on import that PyTorch is missing, which
     # this package never needs; only that advisory kind of warning is silenced (not errors)
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
     from llome_jax.llome.loop import run as run_llome
     from llome_jax.llome.loop import validate_config
     from llome_jax.llome.presets import check_weights_given

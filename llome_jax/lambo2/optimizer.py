@@ -491,8 +491,8 @@ class Lambo2:
     def plot(self, run_dir: Any) -> None:
         from llome_jax.rundir import plot_options
 
-        title = f"LaMBO-2 on {self.problem} (seed {self.cfg.seed})"
-        run_dir.plot_regret("LaMBO-2", title, log_x=False, **plot_options(self.objective))
+        # legend and heading come from config.json (RunDirectory.plot_regret), as compare names
+        run_dir.plot_regret(log_x=False, **plot_options(self.objective))
 
 
 def run(

@@ -256,12 +256,8 @@ class Llome:
     def plot(self, run_dir: Any) -> None:
         from llome_jax.rundir import plot_options
 
-        cfg = self.cfg
-        name = "LLOME-" + "/".join(
-            dict.fromkeys(n.upper() if n != "marge" else "MargE" for n, _ in cfg.schedule)
-        )
-        title = f"LLOME on {self.problem} (seed {cfg.seed})"
-        run_dir.plot_regret(name, title, log_x=False, **plot_options(self.objective))
+        # legend and heading come from config.json (RunDirectory.plot_regret), as compare names
+        run_dir.plot_regret(log_x=False, **plot_options(self.objective))
 
 
 def run(

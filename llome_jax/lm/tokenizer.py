@@ -44,6 +44,10 @@ import re
 from typing import Any, NamedTuple
 
 import numpy as np
+
+# transformers warns on import that PyTorch is missing, which this package never needs; only
+# that advisory kind of warning is silenced (not errors), and a user's own setting wins
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 import transformers
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
