@@ -22,6 +22,13 @@ separately. Writes ``benchmarks/results/pythia_speed.json``.
 Usage::
 
     python benchmarks/pythia_speed.py [--reps 5] [--train-reps 3] [--preset 70m] [--previous-sample REV]
+
+``--bf16-drift`` instead measures how far bf16 generation (``SampleConfig(compute_dtype=
+"bfloat16")``: parameters and KV cache in bf16) moves tokens and log-probs from fp32, on the
+tiny test checkpoint (``tests/fixtures/pythia_tiny``) and a randomly initialised ``--preset``
+(default 70m): batch 2, ``--drift-prompt`` prompt and ``--drift-tokens`` new tokens, greedy and
+sampled (T = 1, no top-k, same keys); no torch needed (:func:`bf16_drift`). Writes
+``benchmarks/results/pythia_bf16_drift.json``.
 """
 
 from __future__ import annotations
@@ -66,6 +73,116 @@ def _sample_module_at(rev: str) -> types.ModuleType:
     return module
 
 
+def bf16_drift(model, prompts, mask, new_tokens: int, sample_keys: int = 4) -> dict:
+    """fp32 vs bf16 generation (``SampleConfig.compute_dtype``) on the same prompts and keys.
+
+    For greedy decoding and for ``sample_keys`` sampled runs (T = 1, no top-k; the same key, so
+    the same Gumbel noise in both dtypes) of ``new_tokens`` tokens from ``prompts [B, P]``:
+
+    * ``frac_tokens_differ``: generated positions whose token differs (after a row's first
+      difference the contexts differ too, so later positions count as well);
+    * ``rows_identical``: rows whose whole output is the same;
+    * ``max_abs_dlogprob`` / ``mean_abs_dlogprob``: ``|log p_bf16 - log p_fp32|`` of the chosen
+      token (``logprobs_raw``, log-softmax of the raw logits) over the positions before a row's
+      first difference (same context, same token);
+    * ``greedy_margin_*``: the fp32 top-1 minus top-2 logit at each greedy step (how close the
+      decisions were), from a full forward over prompt + output.
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from llome_jax.lm.sample import SampleConfig, generate
+    from llome_jax.train import position_ids_from_mask
+
+    def run(dtype, key, temperature):
+        cfg = SampleConfig(max_new_tokens=new_tokens, top_k=None, compute_dtype=dtype)
+        out = generate(key, model, prompts, mask, cfg, temperature=temperature)
+        return np.asarray(out.tokens), np.asarray(out.logprobs_raw)
+
+    def compare(key, temperature) -> dict:
+        t32, lp32 = run(None, key, temperature)
+        t16, lp16 = run("bfloat16", key, temperature)
+        differ = t32 != t16
+        same_prefix = np.cumsum(differ, axis=1) == 0
+        delta = np.abs(lp16 - lp32)[same_prefix]
+        return {
+            "tokens": differ.size,
+            "differ": int(differ.sum()),
+            "rows_identical": int((~differ.any(axis=1)).sum()),
+            "rows": differ.shape[0],
+            "deltas": delta.tolist(),
+            "fp32_tokens": t32,
+        }
+
+    greedy = compare(jax.random.key(0), 0.0)
+    sampled = [compare(jax.random.key(1 + k), 1.0) for k in range(sample_keys)]
+    full_ids = np.concatenate([prompts, greedy["fp32_tokens"]], axis=1)
+    full_mask = np.concatenate([mask, np.ones_like(greedy["fp32_tokens"])], axis=1)
+    logits = np.asarray(
+        model(jnp.asarray(full_ids), jnp.asarray(full_mask), position_ids_from_mask(full_mask))
+    )[:, prompts.shape[1] - 1 : -1]
+    top2 = np.sort(logits, axis=-1)[..., -2:]
+    margin = (top2[..., 1] - top2[..., 0]).reshape(-1)
+
+    def summary(parts: list[dict]) -> dict:
+        deltas = np.asarray([d for part in parts for d in part["deltas"]], np.float64)
+        tokens = sum(part["tokens"] for part in parts)
+        return {
+            "tokens": tokens,
+            "frac_tokens_differ": sum(part["differ"] for part in parts) / tokens,
+            "rows_identical": f"{sum(p['rows_identical'] for p in parts)}/"
+            f"{sum(p['rows'] for p in parts)}",
+            "compared_logprobs": int(deltas.size),
+            "max_abs_dlogprob": float(deltas.max()) if deltas.size else float("nan"),
+            "mean_abs_dlogprob": float(deltas.mean()) if deltas.size else float("nan"),
+        }
+
+    return {
+        "greedy": summary([greedy]),
+        "sampled_T1": summary(sampled),
+        "greedy_margin_min": float(margin.min()),
+        "greedy_margin_median": float(np.median(margin)),
+    }
+
+
+def _drift_main(args: argparse.Namespace) -> None:
+    import jax
+    import numpy as np
+    from flax import nnx
+
+    from llome_jax.lm import convert
+    from llome_jax.lm.pythia import Pythia, PythiaConfig, num_parameters
+
+    fixture = pathlib.Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "pythia_tiny"
+    models = {"pythia_tiny fixture": convert.load_hf(fixture)}
+    config = PythiaConfig.preset(args.preset)
+    models[f"{args.preset} random init"] = nnx.jit(lambda: Pythia(config, rngs=nnx.Rngs(0)))()
+    rows = {}
+    for name, model in models.items():
+        rng = np.random.default_rng(0)
+        vocab = min(model.config.vocab_size, 50277)
+        prompts = rng.integers(1, vocab, (2, args.drift_prompt)).astype(np.int32)
+        mask = np.ones_like(prompts)
+        mask[1, : args.drift_prompt // 4] = 0  # one left-padded row
+        prompts[mask == 0] = 0
+        start = time.perf_counter()
+        row = bf16_drift(model, prompts, mask, args.drift_tokens)
+        row.update(
+            parameters=num_parameters(model),
+            prompt=args.drift_prompt,
+            new_tokens=args.drift_tokens,
+            seconds=time.perf_counter() - start,
+        )
+        rows[name] = row
+        print(json.dumps({name: row}), flush=True)
+    out = pathlib.Path(args.out).with_name("pythia_bf16_drift.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"jax": jax.__version__, "backend": jax.default_backend(), "machine": platform.machine()}
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="70m")
@@ -84,7 +201,18 @@ def main() -> None:
     parser.add_argument(
         "--out", default=str(pathlib.Path(__file__).parent / "results" / "pythia_speed.json")
     )
+    parser.add_argument(
+        "--bf16-drift",
+        action="store_true",
+        help="only measure fp32 vs bf16 generation (tokens, log-probs) on the tiny fixture and "
+        "a random --preset model; no torch",
+    )
+    parser.add_argument("--drift-prompt", type=int, default=8, help="--bf16-drift prompt length")
+    parser.add_argument("--drift-tokens", type=int, default=8, help="--bf16-drift new tokens")
     args = parser.parse_args()
+    if args.bf16_drift:
+        _drift_main(args)
+        return
     previous = _sample_module_at(args.previous_sample) if args.previous_sample else None
 
     import jax

@@ -71,7 +71,10 @@ SPEED_ONLY: tuple[tuple[str, str], ...] = (("refine", "share_prompts"),)
 #: ``(section, key)`` of settings added to the nested configuration whose default is the behaviour
 #: before them (an override that is off by default): a saved configuration made before one
 #: existed resumes with that default, as for :data:`SPEED_ONLY`.
-NEUTRAL_ADDITIONS: tuple[tuple[str, str], ...] = (("finetune", "reward_beta"),)
+NEUTRAL_ADDITIONS: tuple[tuple[str, str], ...] = (
+    ("finetune", "reward_beta"),
+    ("refine", "generate_dtype"),
+)
 
 
 # --------------------------------------------------------------------------------------------

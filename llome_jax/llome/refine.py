@@ -66,6 +66,7 @@ __all__ = ["RefineConfig", "Refinement", "iterative_refinement"]
 
 _NEXT_INPUT = ("paper", "reference")
 _SELECTION = ("raw", "processed")
+_GENERATE_DTYPES = ("float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +87,10 @@ class RefineConfig:
       share_prompts: run the prompt pass once per distinct prompt of a chunk and copy its KV
         cache to the rows that continue it (the ``n_o`` samples of a trajectory share their
         input; ``generate(..., prompt_rows=...)``). Same outputs; off = one prompt pass per row.
+      generate_dtype: ``"float32"`` (default): generate with the model as it is (fp32
+        parameters and KV cache). ``"bfloat16"``: parameters and KV cache cast to bf16 for
+        generation only (``SampleConfig.compute_dtype``; training stays fp32). Changes tokens
+        and log-probs slightly (docs/design/pythia.md, "bf16 generation").
     """
 
     num_iterations: int = 10
@@ -96,6 +101,7 @@ class RefineConfig:
     next_input: str = "paper"
     selection_likelihood: str = "raw"
     share_prompts: bool = True
+    generate_dtype: str = "float32"
 
     def __post_init__(self) -> None:
         if self.num_iterations < 1:
@@ -108,6 +114,10 @@ class RefineConfig:
             raise ValueError(f"batch_size must be >= 1; got {self.batch_size}.")
         if self.next_input not in _NEXT_INPUT:
             raise ValueError(f"next_input must be one of {_NEXT_INPUT}; got {self.next_input!r}.")
+        if self.generate_dtype not in _GENERATE_DTYPES:
+            raise ValueError(
+                f"generate_dtype must be one of {_GENERATE_DTYPES}; got {self.generate_dtype!r}."
+            )
         if self.selection_likelihood not in _SELECTION:
             raise ValueError(
                 f"selection_likelihood must be one of {_SELECTION}; got "
@@ -311,6 +321,7 @@ def iterative_refinement(
         stop_token_ids=tuple(int(t) for t in codec.stop_token_ids),
         pad_token_id=int(codec.pad_token_id),
         vocab_limit=vocab_limit,
+        compute_dtype=None if config.generate_dtype == "float32" else config.generate_dtype,
     )
     best_so_far = config.next_input == "reference"
 

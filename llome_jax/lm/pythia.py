@@ -41,6 +41,7 @@ Decoding uses the KV-cache entry points :meth:`Pythia.init_cache`, :meth:`Pythia
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Any
 
@@ -55,7 +56,9 @@ __all__ = [
     "Pythia",
     "PythiaConfig",
     "attention_mask_for",
+    "cast_floats",
     "from_pretrained",
+    "graphdef_in_dtype",
     "num_parameters",
 ]
 
@@ -522,6 +525,35 @@ def num_parameters(model_or_state: Any) -> int:
 def abstract_model(config: PythiaConfig) -> Pythia:
     """The model with ``ShapeDtypeStruct`` leaves (no memory, no computation)."""
     return nnx.eval_shape(lambda: Pythia(config, rngs=nnx.Rngs(0)))
+
+
+@functools.lru_cache(maxsize=16)
+def graphdef_in_dtype(config: PythiaConfig, dtype: str) -> nnx.GraphDef:
+    """The graph of a Pythia whose parameters, matmuls and KV cache are all ``dtype``.
+
+    ``config`` with ``param_dtype = compute_dtype = dtype``, built abstractly (no memory): merged
+    with a state cast by :func:`cast_floats` (the same tree as ``nnx.split(model)[1]`` for
+    ``Pythia(config)``) it gives that model in ``dtype``, e.g. for bf16 generation with fp32
+    training parameters (``SampleConfig.compute_dtype``).
+
+    Raises:
+      ValueError: ``dtype`` other than ``"float32"`` / ``"bfloat16"`` (the compute dtypes).
+    """
+    in_dtype = dataclasses.replace(config, param_dtype=dtype, compute_dtype=dtype)
+    return nnx.split(abstract_model(in_dtype))[0]
+
+
+def cast_floats(tree: Any, dtype: str) -> Any:
+    """``tree`` with every floating-point array cast to ``dtype`` (round to nearest even);
+    other leaves unchanged. Works on concrete arrays and inside ``jit``."""
+    target = _DTYPES[dtype]
+
+    def cast(leaf: Any) -> Any:
+        if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.floating):
+            return leaf.astype(target)
+        return leaf
+
+    return jax.tree.map(cast, tree)
 
 
 def from_pretrained(path: str | os.PathLike, **overrides: Any) -> Pythia:

@@ -41,9 +41,9 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from llome_jax import parallel
-from llome_jax.lm.pythia import attention_mask_for
+from llome_jax.lm.pythia import attention_mask_for, cast_floats, graphdef_in_dtype
 
-__all__ = ["Generation", "SampleConfig", "generate", "process_logits"]
+__all__ = ["Generation", "SampleConfig", "generate", "process_logits", "split_for_generation"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +57,12 @@ class SampleConfig:
       pad_token_id: emitted after the stop token.
       vocab_limit: ids ``>= vocab_limit`` are never produced (the padded rows of a checkpoint's
         embedding, e.g. 50277 for Pythia's 50304-row head); ``None`` = every id allowed.
+      compute_dtype: ``None`` (default): decode with the model as it is. ``"bfloat16"`` (or
+        ``"float32"``): inside the jitted call, cast a Pythia's floating parameters to this dtype
+        and decode with it as ``param_dtype = compute_dtype`` (matmuls and the KV cache in that
+        dtype; LayerNorm statistics, attention softmax, logits and log-probs stay float32). The
+        caller's parameters are not changed (training stays fp32); the bf16 copy lives for the
+        call. How far bf16 moves log-probs and tokens: docs/design/pythia.md.
     """
 
     max_new_tokens: int
@@ -64,6 +70,7 @@ class SampleConfig:
     stop_token_ids: tuple[int, ...] = ()
     pad_token_id: int = 0
     vocab_limit: int | None = None
+    compute_dtype: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -74,6 +81,10 @@ class SampleConfig:
             raise ValueError(f"vocab_limit must be >= 1 or None, got {self.vocab_limit}")
         if not isinstance(self.stop_token_ids, tuple):
             raise ValueError("stop_token_ids must be a tuple of ints (hashable)")
+        if self.compute_dtype not in (None, "float32", "bfloat16"):
+            raise ValueError(
+                f"compute_dtype must be None, 'float32' or 'bfloat16', got {self.compute_dtype!r}"
+            )
 
 
 @functools.partial(
@@ -256,6 +267,8 @@ def _generate_core(
     config: SampleConfig,
     prompt_rows: jax.Array | None = None,
 ) -> Generation:
+    if config.compute_dtype is not None:  # once per call, before the decoding loop
+        state = cast_floats(state, config.compute_dtype)
     model = nnx.merge(graphdef, state)
     u, p = prompt_ids.shape
     n = config.max_new_tokens
@@ -362,6 +375,11 @@ def _validate(
             f"prompt length {ids.shape[1]} + max_new_tokens {config.max_new_tokens} exceeds "
             f"max_position_embeddings={max_pos}"
         )
+    if config.compute_dtype is not None and not hasattr(model.config, "compute_dtype"):
+        raise ValueError(
+            f"compute_dtype={config.compute_dtype!r} needs a Pythia model (PythiaConfig with "
+            f"param_dtype/compute_dtype); got {type(model).__name__}"
+        )
     if config.vocab_limit is not None and config.vocab_limit > vocab:
         raise ValueError(f"vocab_limit {config.vocab_limit} exceeds the model's vocab {vocab}")
     for token in (*config.stop_token_ids, config.pad_token_id):
@@ -385,6 +403,22 @@ def _validate(
     if not np.isfinite(temp).all():
         raise ValueError("temperature must be finite (<= 0 means greedy)")
     return ids.astype(np.int32), mask.astype(np.int32), temp, rows
+
+
+def split_for_generation(model: nnx.Module, config: SampleConfig) -> tuple[nnx.GraphDef, Any]:
+    """``(graphdef, state)`` that :func:`generate` passes to the jitted core: ``nnx.split(model)``,
+    with the graph of the model in ``config.compute_dtype`` when that is set
+    (:func:`~llome_jax.lm.pythia.graphdef_in_dtype`; the state is cast inside the call). A model
+    already in that dtype keeps its own graph, so ``"float32"`` on an fp32 model changes nothing.
+    """
+    graphdef, state = nnx.split(model)
+    dtype = config.compute_dtype
+    if dtype is not None and (model.config.param_dtype, model.config.compute_dtype) != (
+        dtype,
+        dtype,
+    ):
+        graphdef = graphdef_in_dtype(model.config, dtype)
+    return graphdef, state
 
 
 def generate(
@@ -425,7 +459,7 @@ def generate(
     ids, mask, temp, rows = _validate(
         model, prompt_ids, prompt_mask, config, temperature, prompt_rows
     )
-    graphdef, state = nnx.split(model)
+    graphdef, state = split_for_generation(model, config)
     if mesh is None:
         return _jitted_core(graphdef, state, key, ids, mask, temp, config, rows)
     state = parallel.replicate(state, mesh)
