@@ -131,7 +131,8 @@ def load_runs(arguments: Sequence[str], *, allow_mixed: bool = False) -> list[Ru
     Raises:
       FileNotFoundError: an argument names no run directory, or a directory has no
         ``config.json`` or no finished round.
-      ValueError: the runs optimised different problems (unless ``allow_mixed``), one path was
+      ValueError: the runs optimised different problems or count labels differently (their
+        ``accounting``; ``llome_jax.oracle``) (unless ``allow_mixed``), one path was
         given twice, a directory is the GA's many-seeds output (``trace.csv``; not a run
         directory), or a ``config.json`` is unreadable.
 
@@ -147,6 +148,7 @@ def load_runs(arguments: Sequence[str], *, allow_mixed: bool = False) -> list[Ru
     if len(set(paths)) != len(paths):
         raise ValueError("a run directory was given more than once.")
     loaded = []
+    accountings: set[str] = set()
     for label, path in entries:
         directory = RunDirectory(path)
         if not (path / directory.CONFIG).is_file():
@@ -164,6 +166,14 @@ def load_runs(arguments: Sequence[str], *, allow_mixed: bool = False) -> list[Ru
             where = "rounds.jsonl is empty" if directory.rounds_path.exists() else "no rounds.jsonl"
             raise FileNotFoundError(f"{path} has no finished round ({where}).")
         loaded.append((label or method_label(config), directory, problem_text(config), records))
+        accountings.add(config.get("accounting", "every_evaluation"))
+    if len(accountings) > 1 and not allow_mixed:
+        raise ValueError(
+            "the runs count labels differently (accounting: "
+            f"{', '.join(sorted(accountings))}; a run made before the information contract pays "
+            "every evaluation), so equal budgets are not equal; rerun them under one accounting "
+            "(--set accounting=...) or pass --allow-mixed to compare anyway."
+        )
     metric = "min_regret"
     if not all(r.get("min_regret") is not None for *_, records in loaded for r in records):
         metric = "best_value"

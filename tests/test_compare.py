@@ -193,3 +193,17 @@ def test_cli_allow_mixed(runs: pathlib.Path, tmp_path: pathlib.Path, capsys):
     ]
     with open(out / "curves.csv", newline="") as stream:
         assert [r[0] for r in csv.reader(stream)] == ["method", "GA", "GA", "Other"]
+
+
+def test_runs_counting_labels_differently_are_not_compared(runs: pathlib.Path, tmp_path):
+    """A run made before the information contract paid every evaluation (no ``accounting`` in
+    its config.json); one under ``pay_once`` did not: equal budgets would not be equal."""
+    fair = {"optimizer": "ga", "accounting": "pay_once"}
+    _run_dir(tmp_path, "fair", fair, [(1132, 0.97), (3200, 0.9)])
+    with pytest.raises(ValueError, match="count labels differently"):
+        compare.load_runs([str(runs / "ga_s0"), str(tmp_path / "fair")])
+    both = compare.load_runs([str(runs / "ga_s0"), str(tmp_path / "fair")], allow_mixed=True)
+    assert [r.label for r in both] == ["GA", "GA"]
+    paper = {"optimizer": "ga", "accounting": "every_evaluation"}
+    _run_dir(tmp_path, "paper", paper, [(10000, 0.96)])  # the old default, stated
+    assert len(compare.load_runs([str(runs / "ga_s0"), str(tmp_path / "paper")])) == 2
