@@ -154,6 +154,8 @@ def test_smoke_run_files_and_invariants(
     expected = int(paid.sum())
     assert records[0]["num_evaluations"] == expected
     assert records[0]["num_proposals"] == cfg.ga_generations * cfg.ga.num_particles
+    # uniqueness over the GA's proposals (as the GA reports it), not over its distinct archive
+    assert records[0]["frac_unique"] == len(ga_x) / records[0]["num_proposals"] < 1.0
     # (the temperature offsets below assume the adaptive schedule without phase resets)
     assert not cfg.reset_temperature_at_phase and cfg.adaptive_temperature
     for record in records[1:]:

@@ -135,6 +135,8 @@ class Lambo2Config:
             del out["design"]["decode_temperature"]  # likewise (added after kl_weight)
         if not out["warm_start"]:
             del out["warm_start"]  # likewise for run directories written before warm starts
+        if not out["train"].get("fused", True):
+            del out["train"]["fused"]  # likewise (TrainConfig.fused, the per-leaf default)
         return out
 
 
@@ -423,6 +425,7 @@ class Lambo2:
             train_loss=float(losses[-1].mean()),
             best_value=float(np.max(history.y)),
         )
+        record["frac_unique"] = len(history.y) / self._ga_evaluations()  # over the proposals
         return Lambo2State(0, theta_init, history), RoundResult(paid_x, paid_y, record)
 
     def round(

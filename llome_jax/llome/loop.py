@@ -183,6 +183,7 @@ class Llome:
             loss="ga",
             best_value=float(np.max(v)) if v.size else float("nan"),
         )
+        record["frac_unique"] = len(x) / num_particles  # over the GA's proposals, as the GA's
         return state, RoundResult(paid_x, paid_v, record)
 
     def round(
