@@ -268,3 +268,16 @@ def test_a_round0_ga_label_is_paid_once_for_llome_and_lambo2_alike() -> None:
     new = oracle.record_labels(x, v, num_paid=300)
     expected = len(x) - int((x == x0).all(axis=1).any())
     assert oracle.num_paid == int(new.sum()) == expected < 300
+
+
+@pytest.mark.parametrize("name", ["smoke", "cpu", "paper"])
+def test_every_preset_runs_under_the_contract_by_default(name: str) -> None:
+    """No preset turns the free constraint check on or pays a label twice: the defaults are
+    the contract's for LLOME, LaMBO-2 and the GA (a preset that changed them would be a bug)."""
+    llome = presets.preset(name)
+    lambo = lambo2.preset(name)
+    for cfg in (llome, lambo, GARunConfig()):
+        assert (cfg.accounting, cfg.constraint_queries) == ("pay_once", "off")
+    # the paper preset's gate is the one constraint check the defaults make (counted, tested
+    # above); the smoke and cpu presets have none
+    assert llome.finetune.select_checkpoint is (name == "paper")
