@@ -215,6 +215,11 @@ def main() -> None:
         "ehrlich.default_chunk_size; reported as chunk_size)",
     )
     parser.add_argument(
+        "--out",
+        default=None,
+        help="JSON path (default benchmarks/results/ehrlich_throughput[suffix].json)",
+    )
+    parser.add_argument(
         "--worker", nargs=3, metavar=("FUNCTION", "BATCH", "DEVICES"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
@@ -325,7 +330,8 @@ def main() -> None:
         + ("_vs_previous" if args.previous else "")
         + ("_host" if args.host else "")
     )
-    target = RESULTS / f"ehrlich_throughput{suffix}.json"
+    target = pathlib.Path(args.out) if args.out else RESULTS / f"ehrlich_throughput{suffix}.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
     import platform
 
     meta = {

@@ -29,6 +29,16 @@ tiny test checkpoint (``tests/fixtures/pythia_tiny``) and a randomly initialised
 (default 70m): batch 2, ``--drift-prompt`` prompt and ``--drift-tokens`` new tokens, greedy and
 sampled (T = 1, no top-k, same keys); no torch needed (:func:`bf16_drift`). Writes
 ``benchmarks/results/pythia_bf16_drift.json``.
+
+``--paper-chunk`` instead times one refinement chunk of the ``paper`` preset on a randomly
+initialised ``--preset`` (e.g. 2.8b on a GPU; ``refine.batch_size`` rows unless
+``--chunk-rows``, a ``--chunk-prompt``-token prompt, ``--chunk-new`` tokens at T = 1 with no stop
+token, the worst case) once per ``--chunk-dtypes`` entry (``float32``: the default path;
+``bfloat16``: ``SampleConfig.compute_dtype``), ``--reps`` timed calls after the compiling one,
+with the compiled program's memory and the device's peak (:func:`paper_chunk`). Writes
+``benchmarks/results/pythia_paper_chunk.json`` (``--out`` overrides)::
+
+    JAX_PLATFORMS=cuda python benchmarks/pythia_speed.py --paper-chunk --preset 2.8b --reps 2
 """
 
 from __future__ import annotations
@@ -183,6 +193,83 @@ def _drift_main(args: argparse.Namespace) -> None:
     print(f"wrote {out}")
 
 
+def paper_chunk(args: argparse.Namespace) -> dict:
+    """One refinement chunk per dtype in ``args.chunk_dtypes`` (see the module docstring).
+
+    The device's ``peak_bytes_in_use`` is a process-wide high-water mark, so the dtypes run in
+    the given order (default bf16 first) and each row's ``peak_gib`` is the peak so far; the
+    compiled program's own memory (``compiled_*_gib``) is per dtype. ``tokens_identical`` compares
+    each dtype's first call with the first dtype's (same key).
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from _report import compiled_memory_gib  # benchmarks/_report.py
+    from flax import nnx
+
+    from llome_jax.llome.presets import preset
+    from llome_jax.lm.pythia import Pythia, PythiaConfig, num_parameters
+    from llome_jax.lm.sample import SampleConfig, _jitted_core, split_for_generation
+
+    config = PythiaConfig.preset(args.preset)
+    t0 = time.perf_counter()
+    model = nnx.jit(lambda: Pythia(config, rngs=nnx.Rngs(0)))()
+    jax.block_until_ready(nnx.state(model))
+    init_seconds = time.perf_counter() - t0
+    rows_b = args.chunk_rows or preset("paper", weights="(random: none read)").refine.batch_size
+    vocab = min(config.vocab_size, 50277)
+    rng = np.random.default_rng(0)
+    prompt = jnp.asarray(rng.integers(1, vocab, (rows_b, args.chunk_prompt), dtype=np.int32))
+    mask = jnp.ones_like(prompt)
+    temperature = jnp.ones((rows_b,), jnp.float32)
+    first_tokens = None
+    out = []
+    for dtype in [d.strip() for d in args.chunk_dtypes.split(",") if d.strip()]:
+        sample = SampleConfig(
+            max_new_tokens=args.chunk_new,
+            top_k=None,
+            vocab_limit=vocab,
+            compute_dtype=None if dtype == "float32" else dtype,
+        )
+        graphdef, state = split_for_generation(model, sample)
+        t0 = time.perf_counter()
+        compiled = _jitted_core.lower(
+            graphdef, state, jax.random.key(0), prompt, mask, temperature, sample
+        ).compile()
+        compile_seconds = time.perf_counter() - t0
+        times, tokens = [], None
+        for rep in range(args.reps + 1):
+            t0 = time.perf_counter()
+            gen = compiled(state, jax.random.key(0), prompt, mask, temperature)
+            jax.block_until_ready(gen)
+            times.append(time.perf_counter() - t0)
+            tokens = np.asarray(gen.tokens) if rep == 0 else tokens
+        first_tokens = tokens if first_tokens is None else first_tokens
+        seconds = statistics.median(times[1:]) if args.reps else times[0]
+        stats = jax.devices()[0].memory_stats() or {}
+        row = {
+            "dtype": dtype,
+            "model": args.preset,
+            "parameters": num_parameters(model),
+            "rows": rows_b,
+            "prompt_tokens": args.chunk_prompt,
+            "new_tokens": args.chunk_new,
+            "init_seconds": init_seconds,
+            "compile_seconds": compile_seconds,
+            "first_call_seconds": times[0],
+            "call_seconds": seconds,
+            "call_seconds_all": times[1:],
+            "new_tokens_per_second": rows_b * args.chunk_new / seconds,
+            "tokens_identical_to_first_dtype": float(np.mean(tokens == first_tokens)),
+            **compiled_memory_gib(compiled),
+            "peak_gib_so_far": stats.get("peak_bytes_in_use", float("nan")) / 2**30,
+            "device": str(jax.devices()[0].device_kind),
+        }
+        print(json.dumps(row), flush=True)
+        out.append(row)
+    return {"meta": {"jax": jax.__version__, "backend": jax.default_backend()}, "rows": out}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="70m")
@@ -209,9 +296,27 @@ def main() -> None:
     )
     parser.add_argument("--drift-prompt", type=int, default=8, help="--bf16-drift prompt length")
     parser.add_argument("--drift-tokens", type=int, default=8, help="--bf16-drift new tokens")
+    parser.add_argument(
+        "--paper-chunk",
+        action="store_true",
+        help="only time one paper-preset refinement chunk per --chunk-dtypes entry; no torch",
+    )
+    parser.add_argument("--chunk-dtypes", default="bfloat16,float32")
+    parser.add_argument("--chunk-rows", type=int, default=None, help="default refine.batch_size")
+    parser.add_argument("--chunk-prompt", type=int, default=67)
+    parser.add_argument("--chunk-new", type=int, default=73)
     args = parser.parse_args()
     if args.bf16_drift:
         _drift_main(args)
+        return
+    if args.paper_chunk:
+        report = paper_chunk(args)
+        default = pathlib.Path(__file__).parent / "results" / "pythia_speed.json"
+        out = pathlib.Path(args.out)
+        out = out.with_name("pythia_paper_chunk.json") if out == default else out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=1) + "\n")
+        print(f"wrote {out}")
         return
     previous = _sample_module_at(args.previous_sample) if args.previous_sample else None
 
