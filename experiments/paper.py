@@ -354,12 +354,44 @@ def _ga_config(spec: RunSpec, scale: Scale, llome_cfg: Any):
     )
 
 
+#: A run short of its label budget gets more rounds, up to this many times ``scale.rounds``.
+MAX_ROUNDS_FACTOR = 2
+
+
+def _budget_after_round0(scale: Scale) -> int:
+    """Labels after round 0 each run should pay: ``rounds x j`` (the paper's 20K at cpu scale)."""
+    from llome_jax.llome.presets import preset
+
+    j = preset(scale.llome_preset, **dict(scale.llome_overrides)).filter.num_selected
+    return scale.rounds * int(j)
+
+
+def _short_of_budget(path: pathlib.Path, scale: Scale) -> bool:
+    """Whether a run paid fewer than the budget's labels after round 0 and did not stop early
+    (LLOME pays fewer than ``j`` in a round with few valid candidates; LaMBO-2 under
+    ``pay_once`` does not pay for proposals it knows), so it may take more rounds."""
+    from llome_jax.rundir import RunDirectory
+
+    records = RunDirectory(path).rounds()
+    if not records or records[-1].get("stop_reason"):
+        return False
+    paid = records[-1]["num_evaluations"] - records[0]["num_evaluations"]
+    return paid < _budget_after_round0(scale) and records[-1]["round"] < (
+        MAX_ROUNDS_FACTOR * scale.rounds
+    )
+
+
 def run_one(spec: RunSpec, scale: Scale, path: pathlib.Path, progress: bool) -> str:
     """Run, resume or skip (``done.json``) one run; returns ``"skipped"``, ``"new"``,
-    ``"resumed"`` or ``"busy"`` (another process holds the run directory: it is left to that one)."""
+    ``"resumed"`` or ``"busy"`` (another process holds the run directory: it is left to that one).
+
+    Equal label budgets: a run that has paid fewer labels after round 0 than ``rounds x j`` (and
+    did not stop early) gets one more round at a time until it has (at most
+    ``MAX_ROUNDS_FACTOR x rounds`` rounds), so every method is compared at the paper's budget."""
     done = path / "done.json"
-    if done.exists():
+    if done.exists() and not (spec.kind != "ga" and _short_of_budget(path, scale)):
         return "skipped"
+    done.unlink(missing_ok=True)
     resume = (path / "config.json").exists()
     log = (lambda line: print(f"  [{spec.name}] {line}", flush=True)) if progress else None
     options: dict[str, Any] = {"resume": resume, "progress": progress}
@@ -370,6 +402,12 @@ def run_one(spec: RunSpec, scale: Scale, path: pathlib.Path, progress: bool) -> 
 
     try:
         result = _run_kind(spec, scale, llome_cfg, path, options)
+        rounds = max(scale.rounds, RunDirectory(path).rounds()[-1]["round"])
+        while spec.kind != "ga" and not result.stop_reason and _short_of_budget(path, scale):
+            rounds += 1
+            more = dataclasses.replace(scale, rounds=rounds)
+            options["resume"] = True
+            result = _run_kind(spec, more, _llome_config(spec, more), path, options)
     except RunDirectoryInUseError:
         return "busy"
     last = RunDirectory(path).rounds()[-1]["round"]

@@ -542,3 +542,52 @@ def test_print_jobs_gives_one_self_contained_command_per_run(
     with pytest.raises(SystemExit) as exit_info:
         paper.main([*argv, "--print-jobs", "--dry-run"])
     assert exit_info.value.code == 2
+
+
+def test_a_run_short_of_its_label_budget_gets_more_rounds(
+    paper, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Equal budgets: an LLOME round pays fewer than j labels when few candidates are valid, so a
+    run of `rounds` rounds can end short of rounds x j labels after round 0; the driver resumes it
+    one round at a time until it has paid them (or it stops early). Rounds are stubbed: each pays
+    `paid[r]` labels."""
+    scale = dataclasses.replace(paper.SCALES["smoke"], rounds=3)
+    (spec,) = paper.build_plan(scale, ["LLOME-MargE"], ["solver"])[:1]
+    budget = paper._budget_after_round0(scale)
+    j = budget // 3
+    paid = [500, j // 4, j // 2, j, j, j, j]  # round 0, then rounds 1.. (1.75 j short after 3)
+    asked: list[int] = []
+
+    def fake_run(spec, scale, llome_cfg, path, options):
+        from llome_jax.rundir import RunDirectory
+
+        path.mkdir(parents=True, exist_ok=True)
+        lines = RunDirectory(path).rounds() if (path / "rounds.jsonl").exists() else []
+        total = lines[-1]["num_evaluations"] if lines else 0
+        for r in range(len(lines), scale.rounds + 1):
+            total += paid[r]
+            lines.append({"round": r, "num_evaluations": total, "stop_reason": ""})
+        (path / "config.json").write_text("{}")
+        (path / "rounds.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        asked.append(scale.rounds)
+        return type("Result", (), {"stop_reason": ""})()
+
+    monkeypatch.setattr(paper, "_run_kind", fake_run)
+    run_dir = tmp_path / "runs" / spec.name
+    assert paper.run_one(spec, scale, run_dir, progress=False) == "new"
+    # after 3 rounds: j/4 + j/2 + j = 1.75 j < 3 j; round 4 reaches 2.75 j, round 5 3.75 j
+    assert asked == [3, 4, 5]
+    done = json.loads((run_dir / "done.json").read_text())
+    assert done["last_round"] == 5
+    assert paper.run_one(spec, scale, run_dir, progress=False) == "skipped"
+    # a finished run made before this rule (done.json, short) is extended when the driver reruns
+    (run_dir / "rounds.jsonl").write_text(
+        "".join(json.dumps(x) + "\n" for x in _rounds_of(run_dir)[:4])
+    )
+    asked.clear()
+    assert paper.run_one(spec, scale, run_dir, progress=False) == "resumed"
+    assert asked == [3, 4, 5]
+
+
+def _rounds_of(path: pathlib.Path) -> list[dict]:
+    return [json.loads(line) for line in (path / "rounds.jsonl").read_text().splitlines()]
