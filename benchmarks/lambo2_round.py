@@ -18,15 +18,41 @@ which give a compute-bound floor for an accelerator: ``--peak-tflops`` (default 
 dense FP32 rate; the port trains in FP32) at ``--utilisation`` (default 0.25: batch-128 CNN steps
 are small kernels). Writes ``benchmarks/results/lambo2_round.json``.
 Usage: ``python benchmarks/lambo2_round.py [--preset cpu] [--epochs E] [--design-steps 32]``.
+
+``--fused`` trains with ``train.fused = true`` (:func:`llome_jax.lambo2.train.fused_train_step`:
+one Adam step on the sum of the 17 leaf losses, simultaneous instead of sequential updates;
+docs/design/lambo2_port.md decision 15), so two runs, with and without it, compare a round.
+
+``--compare-steps`` measures only the training step, per-leaf (:func:`train_step`) against fused,
+side by side in one process on a synthetic batch of the preset's shapes: XLA instruction counts
+of each compiled program (all computations; the entry computation; its non-trivial instructions,
+a proxy for thunks / kernel launches), compile seconds, FLOPs, and ``--reps`` interleaved timed
+calls after ``--warmup`` calls each (median, min, speed-up over the first variant). The fused
+step's default layout is one encoder pass per leaf on CPU and one batched pass (vmapped heads)
+elsewhere; on the CPU backend the batched layout is a third variant, ``fused_batched``, the
+program an accelerator compiles. ``--variants`` picks some; ``--no-timing`` compiles and counts
+only (the ``paper`` preset on CPU). Writes
+``benchmarks/results/lambo2_fused_step.json`` (with date, commit, ``lscpu``, load average)::
+
+    python benchmarks/lambo2_round.py --compare-steps --preset cpu --reps 8
+    python benchmarks/lambo2_round.py --compare-steps --preset paper --no-timing \\
+        --variants per_leaf,fused_batched --out benchmarks/results/lambo2_fused_step_paper.json
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import datetime
 import math
+import os
 import pathlib
 import platform
+import re
+import statistics
+import subprocess
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +74,176 @@ def _flops(lowered) -> float:
     return float(cost.get("flops", float("nan")))
 
 
+_TRIVIAL_OPS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.*)$")
+_OPCODE = re.compile(r"(?:^|[\s}\]])([a-z][a-z0-9\-]*)\(")
+
+
+def hlo_counts(compiled: Any) -> dict[str, Any]:
+    """Instruction counts of a compiled XLA program (its optimised HLO, ``compiled.as_text()``).
+
+    ``total``: instructions of every computation (fusion bodies, loop bodies included);
+    ``entry``: the entry computation's; ``launches``: entry instructions other than
+    parameter / constant / tuple / get-tuple-element / bitcast (each is one thunk of XLA:CPU's
+    runtime and, on a GPU, roughly one kernel launch); ``entry_by_op``: entry counts by opcode.
+    """
+    total = 0
+    entry: collections.Counter[str] = collections.Counter()
+    computation = None
+    for line in compiled.as_text().splitlines():
+        if line and not line[0].isspace() and line.rstrip().endswith("{"):
+            computation = "ENTRY" if line.startswith("ENTRY") else line.split()[0]
+            continue
+        if line.startswith("}"):
+            computation = None
+            continue
+        match = _INSTRUCTION.match(line) if computation else None
+        if not match:
+            continue
+        total += 1
+        if computation == "ENTRY":
+            opcode = _OPCODE.search(match.group(1))
+            entry[opcode.group(1) if opcode else "?"] += 1
+    launches = sum(n for op, n in entry.items() if op not in _TRIVIAL_OPS)
+    return {
+        "total": total,
+        "entry": sum(entry.values()),
+        "launches": launches,
+        "entry_by_op": dict(entry.most_common()),
+    }
+
+
+def _machine() -> dict[str, Any]:
+    """Date, commit, ``lscpu | head`` and the load average, for the JSON record."""
+
+    def run(*cmd: str) -> str:
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
+        except OSError:
+            return ""
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    commit = run("git", "-C", str(root), "rev-parse", "--short", "HEAD").strip()
+    dirty = bool(run("git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"))
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": commit + ("+dirty" if dirty else ""),
+        "lscpu": run("lscpu").splitlines()[:10],
+        "loadavg": list(os.getloadavg()),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "devices": [str(d) for d in jax.devices()],
+    }
+
+
+def compare_steps(args: argparse.Namespace, cfg: Any, mc: Any) -> dict[str, Any]:
+    """Per-leaf vs fused training step, side by side (``--compare-steps``; module docstring)."""
+    from llome_jax.lambo2 import model, train
+
+    ens, b, n = mc.ensemble_size, cfg.train.batch_size, mc.padded_length
+    rng = np.random.default_rng(args.seed)
+
+    def tokens(*shape: int) -> np.ndarray:
+        return rng.integers(0, mc.num_states, (*shape, n)).astype(np.int32)
+
+    batch = jax.device_put(
+        train.StepBatch(
+            cls_tokens=tokens(ens, b),
+            cls_labels=rng.integers(0, 2, (ens, b)).astype(np.int32),
+            cls_valid=np.ones((ens, b), bool),
+            reg_tokens=tokens(ens, b),
+            reg_targets=rng.standard_normal((ens, b)).astype(np.float32),
+            reg_valid=np.ones((ens, b), bool),
+            mlm_tokens=tokens(b),
+            mlm_valid=np.ones(b, bool),
+        )
+    )
+    step_cfg = train.step_config_of(cfg.train)
+    static = {"model_config": mc, "train_config": step_cfg}
+    variants: dict[str, tuple[Any, dict[str, Any]]] = {
+        "per_leaf": (train.train_step, {}),
+        "fused": (train.fused_train_step, {}),
+    }
+    if jax.default_backend() == "cpu":
+        variants["fused_batched"] = (train.fused_train_step, {"unroll": False})
+    if args.variants:
+        chosen = args.variants.split(",")
+        unknown = sorted(set(chosen) - set(variants))
+        if unknown:
+            raise SystemExit(f"--variants: unknown {unknown}; choose from {sorted(variants)}")
+        variants = {name: variants[name] for name in chosen}
+    lr = jnp.float32(1e-3)
+    results: dict[str, Any] = {}
+    runs: dict[str, Any] = {}
+    for name, (fn, extra) in variants.items():
+        params = model.init_params(jax.random.key(1), mc)
+        opt = train.init_opt_state(params, step_cfg)
+        t0 = time.perf_counter()
+        compiled = fn.lower(params, opt, batch, lr, jax.random.key(2), **static, **extra).compile()
+        seconds = time.perf_counter() - t0
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        results[name] = {
+            "compile_s": seconds,
+            "flops": float(cost.get("flops", float("nan"))),
+            "hlo": hlo_counts(compiled),
+        }
+        runs[name] = [compiled, params, opt]
+        print(f"{name}: compiled in {seconds:.1f} s, {results[name]['hlo']['launches']} launches")
+    if not args.no_timing:
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        for rep in range(args.warmup + args.reps):
+            for name, state in runs.items():  # interleaved: the load hits every variant alike
+                compiled, params, opt = state
+                t0 = time.perf_counter()
+                params, opt, losses = compiled(params, opt, batch, lr, jax.random.key(10 + rep))
+                jax.block_until_ready(losses)
+                if rep >= args.warmup:
+                    times[name].append(time.perf_counter() - t0)
+                state[1:] = [params, opt]
+        base = statistics.median(next(iter(times.values())))
+        for name, ts in times.items():
+            results[name].update(
+                step_ms_median=1e3 * statistics.median(ts),
+                step_ms_min=1e3 * min(ts),
+                step_ms_all=[1e3 * t for t in ts],
+                speedup_vs_first=base / statistics.median(ts),
+            )
+    width = max(map(len, results))
+    print(f"train step, {cfg.model_preset} CNN, batch {b}, {2 * ens + 1} leaves:")
+    for name, row in results.items():
+        timing = (
+            f"  {row['step_ms_median']:8.1f} ms median ({row['step_ms_min']:.1f} min), "
+            f"x{row['speedup_vs_first']:.2f} vs {next(iter(results))}"
+            if "step_ms_median" in row
+            else ""
+        )
+        hlo = row["hlo"]
+        print(
+            f"{name:<{width}}  HLO {hlo['total']:6d} total, {hlo['entry']:5d} entry, "
+            f"{hlo['launches']:5d} launches; compile {row['compile_s']:6.1f} s{timing}"
+        )
+    return {
+        "benchmark": "lambo2_fused_step",
+        **_machine(),
+        "preset": args.preset,
+        "model_preset": cfg.model_preset,
+        "model": {
+            "embed_dim": mc.embed_dim,
+            "channel_dim": mc.channel_dim,
+            "out_dim": mc.out_dim,
+            "kernel_size": mc.kernel_size,
+            "ensemble_size": ens,
+            "length": n,
+            "num_states": mc.num_states,
+        },
+        "batch_size": b,
+        "warmup": args.warmup,
+        "reps": 0 if args.no_timing else args.reps,
+        "variants": results,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="cpu", help="optimizer preset (model sizes, E, S)")
@@ -60,10 +256,22 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=None, help="shard the design population")
     parser.add_argument("--peak-tflops", type=float, default=67.0, help="accelerator FP32 peak")
     parser.add_argument("--utilisation", type=float, default=0.25, help="fraction of the peak")
+    parser.add_argument("--fused", action="store_true", help="train with train.fused = true")
     parser.add_argument(
-        "--out", default=str(pathlib.Path(__file__).parent / "results" / "lambo2_round.json")
+        "--compare-steps", action="store_true", help="per-leaf vs fused train step only"
     )
+    parser.add_argument("--reps", type=int, default=8, help="timed steps (--compare-steps)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps (--compare-steps)")
+    parser.add_argument("--no-timing", action="store_true", help="compile and count only")
+    parser.add_argument(
+        "--variants", default=None, help="comma list: per_leaf,fused,fused_batched (all)"
+    )
+    parser.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/)")
     args = parser.parse_args()
+    results_dir = pathlib.Path(__file__).parent / "results"
+    if args.out is None:
+        name = "lambo2_fused_step.json" if args.compare_steps else "lambo2_round.json"
+        args.out = str(results_dir / name)
 
     from llome_jax import ehrlich, ga
     from llome_jax.lambo2 import design, model, optimizer, train
@@ -72,13 +280,17 @@ def main() -> None:
     overrides: dict = {"function": args.function, "seed": args.seed}
     overrides["num_samples"] = args.num_samples
     overrides["design"] = {"num_steps": args.design_steps}
+    overrides["train"] = {"fused": True} if args.fused else {}
     if args.epochs is not None:
-        overrides["train"] = {"epochs": args.epochs}
+        overrides["train"]["epochs"] = args.epochs
     if args.model_preset is not None:
         overrides["model_preset"] = args.model_preset
     cfg = optimizer.preset(args.preset, **overrides)
     fn = ehrlich.resolve_function(cfg.function)
     mc = cfg.model_config(fn.config.num_states, fn.config.dim)
+    if args.compare_steps:
+        write_json(args.out, compare_steps(args, cfg, mc))
+        return
     mesh = make_mesh(args.devices) if args.devices else None
     rows: list[tuple[str, float, str]] = []
 
@@ -107,14 +319,13 @@ def main() -> None:
     opt = train.init_opt_state(params, step_cfg)
     batches = train.epoch_batches(np.random.default_rng(0), data, mc, cfg.train.batch_size)
     batch = jax.device_put(batches[0])
+    step_fn = train.fused_train_step if cfg.train.fused else train.train_step
 
     def one_step(p, o, k):
-        return train.train_step(
-            p, o, batch, jnp.float32(1e-3), k, model_config=mc, train_config=step_cfg
-        )
+        return step_fn(p, o, batch, jnp.float32(1e-3), k, model_config=mc, train_config=step_cfg)
 
     train_flops = _flops(
-        train.train_step.lower(
+        step_fn.lower(
             params,
             opt,
             batch,
@@ -135,7 +346,7 @@ def main() -> None:
     leaves = 2 * mc.ensemble_size + 1
     rows.append(
         (
-            "train step (17 leaf updates)",
+            f"train step ({leaves} leaves, {'fused' if cfg.train.fused else 'per-leaf'})",
             t_step,
             f"{leaves * cfg.train.batch_size / t_step:,.0f} seq-updates/s",
         )
@@ -230,6 +441,7 @@ def main() -> None:
         "model_preset": cfg.model_preset,
         "num_parameters": n_params,
         "epochs": cfg.train.epochs,
+        "fused": cfg.train.fused,
         "design_steps": s,
         "num_samples": cfg.num_samples,
         "platform": platform.platform(),

@@ -15,6 +15,13 @@ cortex v0.0.4 semantics (paper App. "LaMBO-2 Model and Training Details"; depart
   Adam states are kept **per group**: the encoder's state advances ``2 E_ens + 1`` times per
   training step, each member's (and the generative head's) once, and idle heads' parameters and
   moments are untouched (a zero-gradient update would decay their moments and keep moving them).
+  The updates are **sequential**: leaf ``k`` sees the encoder after leaf ``k - 1``'s step
+  (:func:`train_step`, the default).
+* **Fused step** (``TrainConfig.fused``, off by default; not cortex): the same ``2 E_ens + 1``
+  minibatches and corruption draws, but every leaf's loss is taken at the parameters of the start
+  of the step, in one batched encoder pass and one vmapped pass of the stacked heads, and
+  ``sum_k L_k`` is minimised by **one** Adam step of every group (simultaneous updates:
+  :func:`fused_train_step`; the encoder's Adam state advances once per training step).
 * **Schedule** (transformers' cosine-with-warm-up, stepped per epoch): the learning rate is set once
   per epoch, ``lr * lambda(j + 1)`` for epoch ``j`` with a 2-epoch linear warm-up and cosine decay
   to 0 at the last epoch.
@@ -57,6 +64,7 @@ __all__ = [
     "epoch_batches",
     "epoch_learning_rates",
     "fit",
+    "fused_train_step",
     "init_opt_state",
     "mask_rates",
     "mlm_loss",
@@ -82,6 +90,10 @@ class TrainConfig:
       split_seed: seed of that split (cortex: 0xDEADBEEF).
       num_timesteps: corruption steps ``T`` (1000).
       nominal_label_var: ``s0^2`` of the regressor's moment matching (0.01).
+      fused: ``False`` (default, cortex): :func:`train_step`, ``2 E_ens + 1`` sequential leaf
+        updates of the shared encoder. ``True``: :func:`fused_train_step`, one Adam step on the
+        sum of the leaves' losses at the step's starting parameters (simultaneous updates; a
+        different algorithm, see ``docs/design/lambo2_port.md`` decision 15).
     """
 
     epochs: int = 100
@@ -95,8 +107,11 @@ class TrainConfig:
     split_seed: int = 0xDEADBEEF
     num_timesteps: int = 1000
     nominal_label_var: float = 0.01
+    fused: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.fused, bool):
+            raise ValueError(f"TrainConfig.fused must be a bool, got {self.fused!r}.")
         for name in ("epochs", "batch_size", "num_timesteps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -418,6 +433,142 @@ def train_step(
     return params, OptState(enc_s, gen_s, reg_s, cls_s), losses
 
 
+def _stack_leaves(batch: StepBatch) -> jax.Array:
+    """The ``2 E + 1`` minibatches' tokens in leaf order: int32 ``[2 E + 1, B, N]``."""
+    return jnp.concatenate([batch.cls_tokens, batch.reg_tokens, batch.mlm_tokens[None]])
+
+
+def _leaf_corruption(
+    keys: jax.Array, tokens: jax.Array, rates: jax.Array, mc: ModelConfig, tc: TrainConfig
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Every leaf's corruption from its own key, drawn as :func:`train_step` draws it.
+
+    Leaf ``k``: ``(t_key, m_key) = split(keys[k])``, ``rho_k = rates[randint(t_key, 1, T + 1)]``,
+    ``corrupt(m_key, tokens[k], rho_k)`` (vmapped over ``k``; the same bits as the per-leaf calls).
+
+    Returns ``(noisy int32 [K, B, N], masked bool [K, B, N], rho f32 [K])``.
+    """
+
+    def one(key: jax.Array, toks: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        t_key, m_key = jax.random.split(key)
+        rho = rates[jax.random.randint(t_key, (), 1, tc.num_timesteps + 1)]
+        noisy, masked = corrupt(m_key, toks, rho, mc.mask_id, mc.num_states)
+        return noisy, masked, rho
+
+    return jax.vmap(one)(keys, tokens)
+
+
+def _leaves_apply(
+    mc: ModelConfig,
+    enc_p: Params,
+    gen_p: Params,
+    heads_p: Params,
+    noisy: jax.Array,
+    mask: jax.Array,
+    unroll: bool,
+) -> tuple[jax.Array, jax.Array]:
+    """Every leaf's output at the same parameters: member ``j`` on leaf ``j``'s minibatch.
+
+    ``noisy`` int32 / ``mask`` bool ``[K, B, N]`` (``K = J + 1``, the last leaf the MLM's),
+    ``heads_p`` the ``J = 2 E`` stacked members. Returns ``(out f32 [J, B, 2], MLM logits f32
+    [B, N, V])``. ``unroll=False``: one encoder pass on the ``K B`` rows and one vmapped member
+    (batched, i.e. grouped, convolutions: one kernel per layer on an accelerator). ``True``: one
+    encoder pass per leaf and the members one after another, independent subprograms at the same
+    parameters: XLA:CPU runs batch-128 convolutions faster per row than batch-2,176 ones and
+    grouped convolutions slowly (``docs/design/lambo2_port.md`` decisions 2 and 15). Same values
+    to float32 rounding either way.
+    """
+    encoder = encoder_module(mc, enc_p)
+    k, b, n = noisy.shape
+    if not unroll:
+        h = encoder(noisy.reshape(k * b, n)).reshape(k, b, n, -1)
+        out = jax.vmap(lambda p, x, m: member_apply(mc, p, x, m))(heads_p, h[:-1], mask[:-1])
+        return out, gen_apply(mc, gen_p, h[-1])
+    out = [member_apply(mc, _take(heads_p, j), encoder(noisy[j]), mask[j]) for j in range(k - 1)]
+    return jnp.stack(out), gen_apply(mc, gen_p, encoder(noisy[-1]))
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("model_config", "train_config", "unroll"),
+    donate_argnums=(0, 1),
+)
+def fused_train_step(
+    params: Params,
+    opt_state: OptState,
+    batch: StepBatch,
+    lr: jax.Array,
+    key: jax.Array,
+    *,
+    model_config: ModelConfig,
+    train_config: TrainConfig,
+    unroll: bool | None = None,
+) -> tuple[Params, OptState, jax.Array]:
+    """One training step as one update of the whole ensemble (``TrainConfig.fused``).
+
+    With ``K = 2 E + 1`` leaves (classifier members, regressor members, MLM) and ``theta`` the
+    parameters at the start of the step::
+
+        noisy_k, rho_k = corruption of leaf k from keys[k]       # the keys of train_step
+        h_k    = encoder(theta_enc)(noisy_k)                     # every k     [K, B, N, d_o]
+        out_j  = member_j(h_j)  for j < 2 E                      # stacked     [2 E, B, 2]
+        L_k    = the leaf losses of train_step on (out_k | MLM logits of h_{K-1})
+        g      = grad_theta sum_k L_k                            # g_enc = sum_k dL_k/dtheta_enc
+        theta  = theta - lr * Adam(g)                            # every group once
+
+    Each head's gradient is its own leaf's (a head enters one loss only); the encoder's is the
+    sum over leaves, taken at ``theta`` rather than after the previous leaves' steps. So this is
+    **not** :func:`train_step`'s algorithm: the encoder takes one Adam step per training step
+    instead of ``K`` sequential ones (its Adam count advances by 1). At ``lr = 0`` the losses
+    and the heads' Adam states equal :func:`train_step`'s to float32 rounding (tested).
+
+    Args:
+      unroll: how the leaves' forward passes are laid out (:func:`_leaves_apply`): ``None``
+        (default) per leaf on the CPU backend, one batched pass elsewhere.
+
+    Returns ``(params, opt_state, losses f32 [K])`` in leaf order (at the starting parameters).
+    """
+    mc, tc = model_config, train_config
+    ens = mc.ensemble_size
+    unroll = jax.default_backend() == "cpu" if unroll is None else unroll
+    rates = jnp.asarray(mask_rates(tc.num_timesteps), jnp.float32)
+    keys = jax.random.split(key, 2 * ens + 1)
+    tokens = _stack_leaves(batch)  # [K, B, N]
+    noisy, masked, rho = _leaf_corruption(keys, tokens, rates, mc, tc)
+    mask = tokens != mc.pad_id
+
+    def total(enc_p, gen_p, heads_p):
+        out, logits = _leaves_apply(mc, enc_p, gen_p, heads_p, noisy, mask, unroll)
+        cls = jax.vmap(classification_loss)(out[:ens], batch.cls_labels, rho[:ens], batch.cls_valid)
+        reg = jax.vmap(functools.partial(regression_loss, nominal_label_var=tc.nominal_label_var))(
+            out[ens:], batch.reg_targets, rho[ens:-1], valid=batch.reg_valid
+        )
+        mlm = mlm_loss(logits, batch.mlm_tokens, masked[-1], batch.mlm_valid)
+        losses = jnp.concatenate([cls, reg, mlm[None]])
+        return losses.sum(), losses
+
+    heads = jax.tree.map(lambda c, r: jnp.concatenate([c, r]), params["cls"], params["reg"])
+    (_, losses), (g_enc, g_gen, g_heads) = jax.value_and_grad(
+        total, argnums=(0, 1, 2), has_aux=True
+    )(params["encoder"], params["gen"], heads)
+    adam = _adam(tc)
+
+    def step(p, s, g):
+        return _adam_step(adam, p, s, g, lr)
+
+    member_step = jax.vmap(step)
+    enc_p, enc_s = step(params["encoder"], opt_state.encoder, g_enc)
+    gen_p, gen_s = step(params["gen"], opt_state.gen, g_gen)
+    cls_p, cls_s = member_step(
+        params["cls"], opt_state.cls, jax.tree.map(lambda g: g[:ens], g_heads)
+    )
+    reg_p, reg_s = member_step(
+        params["reg"], opt_state.reg, jax.tree.map(lambda g: g[ens:], g_heads)
+    )
+    params = {"encoder": enc_p, "gen": gen_p, "reg": reg_p, "cls": cls_p}
+    return params, OptState(enc_s, gen_s, reg_s, cls_s), losses
+
+
 # ---------------------------------------------------------------------------------------------
 # Data per task
 # ---------------------------------------------------------------------------------------------
@@ -571,7 +722,8 @@ def fit(
     *,
     progress: Callable[[int, np.ndarray], None] | None = None,
 ) -> tuple[Params, np.ndarray]:
-    """Train ``params`` for ``E`` epochs with a fresh optimiser (cortex's per-leaf updates).
+    """Train ``params`` for ``E`` epochs with a fresh optimiser (cortex's per-leaf updates;
+    ``train_config.fused`` runs :func:`fused_train_step` instead, with the same keys and batches).
 
     Args:
       key: PRNG key (samplers, corruption).
@@ -584,6 +736,7 @@ def fit(
     """
     params = jax.tree.map(jnp.array, params)  # a copy: the step donates its inputs
     step_config = step_config_of(train_config)
+    step_fn = fused_train_step if train_config.fused else train_step
     opt_state = init_opt_state(params, train_config)
     rates = epoch_learning_rates(train_config)
     sampler_key, step_key = jax.random.split(key)
@@ -595,7 +748,7 @@ def fit(
         epoch_key = jax.random.fold_in(step_key, epoch)
         losses = []
         for s, batch in enumerate(epoch_batches(rng, data, model_config, train_config.batch_size)):
-            params, opt_state, value = train_step(
+            params, opt_state, value = step_fn(
                 params,
                 opt_state,
                 batch,
