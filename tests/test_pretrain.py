@@ -237,6 +237,9 @@ def test_weights_load_through_the_llome_weights_path(
     # the safetensors copy holds the same weights (for transformers)
     hf = convert.load_hf(full.weights)
     assert _leaves_equal(initial_params(hf), initial_params(rt.model))
+    # the weights carry the Ehrlich tokenizer, so a run may read them in the compact format
+    compact = Runtime.build(preset("smoke", weights=str(full.weights), text_format="compact"))
+    assert compact.codec.separators is False and rt.codec.separators is True
 
 
 def test_marge_pretraining_scores_the_initial_model_as_reference(

@@ -307,9 +307,9 @@ class LoopConfig:
       model: ``PythiaConfig`` preset name for a from-scratch model, with ``model_overrides``;
         ``weights``: a GPT-NeoX directory for ``from_pretrained`` (its tokenizer too) instead.
       text_format: how sequences are written for the model: "list", the paper's JSON list
-        ``[3, 1, 5]``, or "compact", ``[3 1 5]`` without the comma tokens (a from-scratch model on
-        the Ehrlich tokenizer only; half the tokens to train on and to generate, see
-        ``lm.tokenizer``).
+        ``[3, 1, 5]``, or "compact", ``[3 1 5]`` without the comma tokens (a model on the
+        Ehrlich tokenizer only: from scratch, or ``--weights`` from ``llome-jax pretrain``; half
+        the tokens to train on and to generate, see ``lm.tokenizer``).
       training_data: what a round trains on and takes its seeds from: "latest" = ``S_i``, the
         sequences labelled in the previous round (Algorithm 1 of the appendix, the authors' code);
         "cumulative" = every labelled sequence so far, ``D^(i)`` of the main text (Sec. 4: "the
@@ -392,11 +392,6 @@ class LoopConfig:
             raise ValueError(f"temperatures must be positive; got {self.temperatures}")
         if self.weights is None and not self.model:
             raise ValueError("set a model preset name or --weights")
-        if self.weights is not None and self.text_format == "compact":
-            raise ValueError(
-                "text_format='compact' is for a from-scratch model on the Ehrlich tokenizer; a "
-                "pretrained model (--weights) reads the paper's list format"
-            )
 
     # ------------------------------------------------------------------ helpers
     def loss(self, round_index: int) -> str:
