@@ -91,36 +91,7 @@ def add_run_arguments(
         "--rounds", type=int, default=None, help=rounds_help or f"{what} rounds (preset: 10)"
     )
     parser.add_argument("--seed", type=int, default=None, help="run seed (default 0)")
-    parser.add_argument("--out", default=None, help="run directory (required to run)")
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the run in --out with its saved configuration (config.json); flags given "
-        "beside it override it (the changes are printed)",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars / lines")
-    parser.add_argument(
-        "--print-config",
-        action="store_true",
-        help="print the effective configuration (as config.json records it) and exit",
-    )
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        default=None,
-        help="settings from a JSON or YAML file: nested as --print-config shows them, or dotted "
-        "keys; a run's config.json works. Precedence: preset < the run's config.json "
-        "(--resume) < --config < the other flags < --set",
-    )
-    parser.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="one setting, dotted into nested configurations (e.g. finetune.epochs=4; the value "
-        "is read as JSON, else as a string); repeatable; applied last (over every other flag)",
-    )
+    add_run_directory_arguments(parser)
     parser.add_argument(
         "--tracker",
         dest="trackers",
@@ -346,3 +317,41 @@ def objective_argument(args: argparse.Namespace, optimizer: str | None = None) -
     from llome_jax.objective import load_objective
 
     return load_objective(spec)
+
+
+def add_run_directory_arguments(
+    parser: argparse.ArgumentParser, set_example: str = "finetune.epochs=4"
+) -> None:
+    """The options every command that writes a run directory takes: ``--out``, ``--resume``,
+    ``--no-progress``, ``--print-config``, ``--config`` and ``--set`` (``set_example`` shows a
+    setting of that command in ``--set``'s help)."""
+    parser.add_argument("--out", default=None, help="run directory (required to run)")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out with its saved configuration (config.json); flags given "
+        "beside it override it (the changes are printed)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars / lines")
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the effective configuration (as config.json records it) and exit",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help="settings from a JSON or YAML file: nested as --print-config shows them, or dotted "
+        "keys; a run's config.json works. Precedence: preset < the run's config.json "
+        "(--resume) < --config < the other flags < --set",
+    )
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"one setting, dotted into nested configurations (e.g. {set_example}; the value "
+        "is read as JSON, else as a string); repeatable; applied last (over every other flag)",
+    )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from llome_jax.commands._common import add_run_directory_arguments
+
 NAME = "pretrain"
 HELP = (
     "Pretrain the LLOME policy on GA data and PropEn pairs of many instances of one Ehrlich "
@@ -64,35 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--batch-size", type=int, default=None, help="pairs per step (64)")
     parser.add_argument("--lr", type=float, default=None, help="peak learning rate (1e-2)")
-    parser.add_argument("--out", default=None, help="run directory (required to run)")
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the run in --out from its last checkpoint with its saved configuration",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.add_argument(
-        "--print-config",
-        action="store_true",
-        help="print the effective configuration (as config.json records it) and exit",
-    )
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        default=None,
-        help="settings from a JSON or YAML file (nested as --print-config shows them, or dotted "
-        "keys; a run's config.json works). Precedence: preset < the run's config.json "
-        "(--resume) < --config < the other flags < --set",
-    )
-    parser.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="one setting, dotted into nested configurations (e.g. finetune.epochs=2, "
-        "pair_sampling=balanced, ga_generations=30); repeatable; applied last",
-    )
+    add_run_directory_arguments(parser, "pair_sampling=balanced, ga_generations=30")
 
 
 def build_config(args: argparse.Namespace):  # -> PretrainConfig
