@@ -1745,7 +1745,10 @@ def main(argv: list[str] | None = None) -> int:
         import jax
 
         if not jax.config.jax_compilation_cache_dir:  # keep a cache the caller set (tests)
-            jax.config.update("jax_compilation_cache_dir", str(out / ".jax_cache"))
+            # one directory per worker process: JAX writes entries in place without a lock, so a
+            # worker could read another's half-written executable and crash
+            slot = args.worker_tag.strip() or "w0"
+            jax.config.update("jax_compilation_cache_dir", str(out / ".jax_cache" / slot))
         t0 = time.perf_counter()
         helpers = _start_workers(argv, args.workers)
         for index, spec in enumerate(plan, start=1):

@@ -19,9 +19,13 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
 FIXTURES = SHARED / "fixtures"
 
-_cache_dir = os.environ.get(
+_cache_root = os.environ.get(
     "LLOME_JAX_TEST_CACHE", str(pathlib.Path.home() / ".cache" / "llome-jax" / "jax-test-cache")
 )
+# One directory per pytest-xdist worker: JAX writes a cache entry in place, without a lock unless
+# eviction is on, so a worker reading an entry that another is still writing deserialises a
+# truncated executable and crashes (seen in CI on a cold cache).
+_cache_dir = str(pathlib.Path(_cache_root) / os.environ.get("PYTEST_XDIST_WORKER", "main"))
 jax.config.update("jax_compilation_cache_dir", _cache_dir)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
