@@ -257,6 +257,9 @@ class RunDirectory:
     PINNING_KEYS = ("function_digest", "objective_digest")
     #: lists a resume appends to instead of comparing (one entry per invocation).
     APPENDED_KEYS = ("provenance",)
+    #: keys a resume must be given again, never taken from the saved file (a plugged-in
+    #: objective; the function's digests are :attr:`PINNING_KEYS`).
+    NEVER_CARRIED = ("objective", "objective_info")
 
     @classmethod
     def create(
@@ -276,7 +279,9 @@ class RunDirectory:
           path: the directory.
           config: the run's configuration (JSON-serialisable).
           resume: continue an existing run. Its ``config.json`` must equal ``config`` except for
-            ``mutable_keys`` (e.g. more rounds); a new run refuses a non-empty directory.
+            ``mutable_keys`` (e.g. more rounds); a key only the saved file has is a record
+            another caller wrote (the paper driver's ``method``) and is kept, unless it pins the
+            function or objective. A new run refuses a non-empty directory.
           mutable_keys: keys that may differ on resume.
           legacy_values: settings added after a run directory may have been made, with the value
             that reproduces the behaviour from before the setting existed. A key missing from the
@@ -361,6 +366,10 @@ class RunDirectory:
                 saved.setdefault(key, value)
             if upgrade is not None:
                 saved = _normalise(upgrade(saved))
+            # a key only the saved file has is a record another caller wrote beside the settings
+            # (the paper driver's "method"): kept, not compared; never a key that pins the function
+            for key in set(saved) - set(config) - set(cls.PINNING_KEYS) - set(cls.NEVER_CARRIED):
+                config[key] = saved[key]
             ignored = set(mutable_keys) | set(cls.APPENDED_KEYS)
             differing = sorted(
                 key

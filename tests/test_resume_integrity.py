@@ -236,6 +236,33 @@ def test_resume_alone_takes_the_saved_configuration(
     assert shown["rounds"] == 7 and shown["seed"] == 3 and shown["ga"]["mutation_prob"] == 0.05
 
 
+def test_a_run_with_records_of_another_caller_resumes_from_the_command_line(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A run directory made by the paper driver or an experiment script holds records beside
+    the settings (``method``, ``loss``): ``--resume`` alone continues it and keeps them, and its
+    ``config.json`` given as ``--config`` starts a new run; a hand-written file with an unknown
+    key is still refused."""
+    out = tmp_path / "r"
+    assert cli.main([*GA, "--function", "f2", "--rounds", "1", "--out", str(out)]) == 0
+    config = _config(out)
+    config.update(method="GA (paper driver)", loss="none")  # what extra_config writes
+    (out / "config.json").write_text(json.dumps(config))
+    assert cli.main(["ga", "--resume", "--out", str(out), "--rounds", "2", "--no-progress"]) == 0
+    assert _rounds(out) == [0, 1, 2]
+    assert _config(out)["method"] == "GA (paper driver)" and _config(out)["loss"] == "none"
+    argv = [*GA, "--config", str(out / "config.json"), "--rounds", "1"]
+    argv += ["--out", str(tmp_path / "copy")]
+    assert cli.main(argv) == 0
+    assert _config(tmp_path / "copy")["ga"] == _config(out)["ga"]
+    handwritten = tmp_path / "mine.json"
+    handwritten.write_text(json.dumps({"method": "typo", "rounds": 1}))
+    capsys.readouterr()
+    argv = [*GA, "--config", str(handwritten), "--rounds", "1", "--out", str(tmp_path / "x")]
+    assert cli.main(argv) == 2
+    assert "method" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
 @pytest.mark.parametrize("command", ["llome", "lambo2"])
 def test_resume_alone_takes_the_saved_preset(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture, command: str

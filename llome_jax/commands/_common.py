@@ -208,7 +208,7 @@ def apply_settings(
     saved = saved_run_config(args, optimizer)
     if saved and upgrade is not None:
         saved = upgrade(dict(saved))
-    saved_settings = {k: v for k, v in saved.items() if k not in skipped}
+    saved_settings = _settings_of_record(saved, config, skipped)
     from_file: dict[str, Any] = {}
     if getattr(args, "config", None):
         loaded = configs.load_config_file(args.config)
@@ -217,7 +217,10 @@ def apply_settings(
             raise ValueError(
                 f"--config {args.config} holds a {made_for!r} configuration, not {optimizer!r}"
             )
-        from_file = {k: v for k, v in loaded.items() if k not in skipped}
+        if "provenance" in loaded:  # a run's config.json
+            from_file = _settings_of_record(loaded, config, skipped)
+        else:  # a hand-written file: an unknown key is an error (a typo)
+            from_file = {k: v for k, v in loaded.items() if k not in skipped}
     assigned = dict(
         configs.parse_assignment(item) for item in getattr(args, "settings", None) or []
     )
@@ -228,6 +231,18 @@ def apply_settings(
         if changes:
             print(f"resuming {args.out} with changed settings: {changes}")
     return result
+
+
+def _settings_of_record(
+    record: Mapping[str, Any], config: Any, skipped: Iterable[str]
+) -> dict[str, Any]:
+    """The settings in a run's ``config.json``: its keys that are fields of ``config``. The
+    other keys are records another caller wrote beside the settings (the paper driver's
+    ``method``, an experiment's ``loss``); the run directory keeps them on resume."""
+    import dataclasses
+
+    fields = {field.name for field in dataclasses.fields(config)}
+    return {k: v for k, v in record.items() if k not in set(skipped) and k in fields}
 
 
 def _changes(configs: Any, config: Any, saved: Mapping[str, Any]) -> str:

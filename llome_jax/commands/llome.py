@@ -37,7 +37,10 @@ def _loss_name(text: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(
-        parser, what="LLOME", presets=("smoke", "cpu", "paper"), preset_help="small model, 2 cores"
+        parser,
+        what="LLOME",
+        presets=("smoke", "cpu", "cpu-pretrained", "paper"),
+        preset_help="small model, 2 cores; cpu-pretrained: from the shipped prior",
     )
     parser.add_argument(
         "--loss",
@@ -52,7 +55,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="explicit loss schedule, e.g. 'sft:1,marge:9' (overrides --loss)",
     )
     parser.add_argument(
-        "--weights", default=None, help="GPT-NeoX (Pythia) checkpoint directory (paper preset)"
+        "--weights",
+        default=None,
+        help="GPT-NeoX (Pythia) checkpoint directory (paper preset), an llome-jax pretrain "
+        "weights/ directory, or prior:NAME for a shipped prior (cpu-pretrained: "
+        "prior:ehr32-32-4-4-4)",
     )
     parser.add_argument(
         "--num-selected", type=int, default=None, help="j, labels per round (preset value)"

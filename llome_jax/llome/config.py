@@ -503,13 +503,16 @@ def upgrade_saved_config(saved: Mapping[str, Any]) -> dict[str, Any]:
 # Validation
 # --------------------------------------------------------------------------------------------
 def check_weights_dir(path: str) -> pathlib.Path:
-    """A GPT-NeoX checkpoint directory (HF ``config.json`` with ``model_type == "gpt_neox"``).
+    """A GPT-NeoX checkpoint directory (HF ``config.json`` with ``model_type == "gpt_neox"``);
+    ``"prior:NAME"`` is a prior shipped with the package (``llome_jax.priors``).
 
     Raises:
       FileNotFoundError: the directory or its ``config.json`` is missing.
-      ValueError: it is not a GPT-NeoX checkpoint.
+      ValueError: it is not a GPT-NeoX checkpoint, or an unknown prior.
     """
-    directory = pathlib.Path(path)
+    from llome_jax import priors
+
+    directory = priors.resolve(path) if priors.is_prior(path) else pathlib.Path(path)
     if not directory.is_dir():
         raise FileNotFoundError(f"--weights {directory}: no such directory")
     config = directory / "config.json"

@@ -20,6 +20,10 @@ CLI passes ``function``, ``schedule``, ``rounds``, ``seed``, ``weights`` and its
   format ``[3 1 5]`` (same median over five paired runs on two training instances, in a third
   of the time); docs/experiments.md records how
   they were chosen (on training functions, never on f2).
+* ``cpu-pretrained``: ``cpu`` from the prior shipped with the package (``llome_jax.priors``:
+  the ``tiny`` Pythia pretrained by ``llome-jax pretrain`` on PropEn pairs of GA data of other
+  instances of f2's configuration ``Ehr(32,32)-4-4-4``, instance seeds >= 1,000,000), with
+  round 1 trained as the later rounds (lr 3e-3, 4 epochs) instead of from scratch.
 * ``paper``: Pythia-2.8B from ``--weights DIR`` (its own tokenizer), the paper's
   hyper-parameters (appendix "LLM Training Details", bold values, and the algorithm captions):
   AdamW lr 1e-6 with batch 128 for SFT and 64 for MargE (lambda 10), RMSprop lr 1e-7 with batch
@@ -116,8 +120,26 @@ _PAPER: dict[str, Any] = {
     "data_parallel": True,
 }
 
+# The cpu preset started from the shipped prior (llome_jax.priors): round 1 fine-tunes as every
+# later round does (the prior already writes the format; 12 epochs at 1e-2 would overwrite it).
+_CPU_PRETRAINED: dict[str, Any] = {
+    **_CPU,
+    "weights": "prior:ehr32-32-4-4-4",
+    "finetune": {
+        **_CPU["finetune"],
+        "first_round_learning_rate": None,
+        "first_round_epochs": None,
+        "first_round_min_steps": 0,
+    },
+}
+
 #: name -> LoopConfig overrides (nested dicts, as ``configs.override`` and LaMBO-2's presets).
-PRESETS: dict[str, dict[str, Any]] = {"smoke": _SMOKE, "cpu": _CPU, "paper": _PAPER}
+PRESETS: dict[str, dict[str, Any]] = {
+    "smoke": _SMOKE,
+    "cpu": _CPU,
+    "cpu-pretrained": _CPU_PRETRAINED,
+    "paper": _PAPER,
+}
 
 
 def preset(name: str, **overrides: Any) -> LoopConfig:

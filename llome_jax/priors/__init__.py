@@ -1,0 +1,45 @@
+"""Pretrained LLOME policies shipped with the package (``llome-jax pretrain`` outputs).
+
+A prior is a small GPT-NeoX (Pythia) checkpoint on the Ehrlich tokenizer: ``config.json``,
+``model.safetensors``, the tokenizer files and ``pretrain.json`` (how it was made: the Ehrlich
+configuration, the instance seeds, all >= 1,000,000 so that no benchmark instance was seen, the
+steps and the CPU seconds). ``LoopConfig.weights = "prior:NAME"`` (or ``llome --weights
+prior:NAME``) loads one; the ``cpu-pretrained`` preset uses :data:`DEFAULT`.
+
+Catalogue (``NAME``: the configuration it was pretrained on)::
+
+    ehr32-32-4-4-4   Ehr(32,32)-4-4-4, the configuration of the paper's f2
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+__all__ = ["DEFAULT", "PREFIX", "PRIORS", "is_prior", "resolve"]
+
+#: ``weights`` values starting with this name a shipped prior.
+PREFIX = "prior:"
+#: name -> the Ehrlich configuration it was pretrained on.
+PRIORS: dict[str, str] = {"ehr32-32-4-4-4": "Ehr(32,32)-4-4-4"}
+#: The prior of the ``cpu-pretrained`` preset.
+DEFAULT = "ehr32-32-4-4-4"
+
+
+def is_prior(weights: str | None) -> bool:
+    """Whether a ``weights`` value names a shipped prior (``"prior:NAME"``)."""
+    return isinstance(weights, str) and weights.startswith(PREFIX)
+
+
+def resolve(weights: str) -> pathlib.Path:
+    """The directory of ``"prior:NAME"``.
+
+    Raises:
+      ValueError: an unknown name, or the prior's files are missing from this installation.
+    """
+    name = weights[len(PREFIX) :] if is_prior(weights) else weights
+    if name not in PRIORS:
+        raise ValueError(f"unknown prior {name!r}; shipped priors: {sorted(PRIORS)}")
+    directory = pathlib.Path(__file__).resolve().parent / name
+    if not (directory / "config.json").is_file():
+        raise ValueError(f"prior {name!r}: {directory} is missing from this installation")
+    return directory
