@@ -92,7 +92,6 @@ def run_llome(spec: str, arm: str, seed: int, args: argparse.Namespace) -> pathl
             run_dir,
             resume=resume,
             progress=not args.no_progress,
-            extra_config={"loss": "marge"},
         )
         records = (run_dir / "rounds.jsonl").read_text().splitlines()
         paid = json.loads(records[-1])["num_evaluations"]
