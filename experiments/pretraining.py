@@ -32,6 +32,7 @@ import csv
 import json
 import math
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -55,6 +56,12 @@ def parse_function(spec: str) -> tuple[str, int | None]:
             f"{spec}: instance seeds >= 1,000,000 are pretraining's; evaluate below them"
         )
     return name, instance
+
+
+def split_functions(text: str) -> list[str]:
+    """``"f2,Ehr(32,32)-4-4-4@1"`` -> ``["f2", "Ehr(32,32)-4-4-4@1"]`` (commas inside
+    parentheses belong to a name)."""
+    return [s.strip() for s in re.split(r",(?![^()]*\))", text) if s.strip()]
 
 
 def slug(spec: str) -> str:
@@ -278,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args(argv)
-    specs = [s for s in args.functions.split(",") if s]
+    specs = split_functions(args.functions)
     arms = [a for a in args.arms.split(",") if a]
     seeds = [int(s) for s in args.seeds.split(",") if s]
     try:
