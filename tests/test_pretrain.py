@@ -169,6 +169,17 @@ def test_run_directory_files(smoke: PretrainConfig, full: pretrain.PretrainResul
     assert full.steps == smoke.max_steps
     info = json.loads((full.weights / "pretrain.json").read_text())
     assert info["text_format"] == "list" and info["instance_seeds"]["first"] == 1_000_000
+    # every weights file is readable by others, as an ordinary new file (safetensors: 0o600)
+    modes = {f.name: f.stat().st_mode & 0o777 for f in full.weights.iterdir() if f.is_file()}
+    assert modes["model.safetensors"] == modes["config.json"] == 0o666 & ~_umask(), modes
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def test_interrupted_run_resumes_to_the_same_weights(

@@ -666,6 +666,10 @@ def export_weights(
     )
     atomic_write_text(temporary / "config.json", json.dumps(hf, indent=2) + "\n")
     save_file(convert.hf_tensors(model), str(temporary / "model.safetensors"))
+    # safetensors writes 0o600; give it an ordinary file's mode (0o666 less the umask)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(temporary / "model.safetensors", 0o666 & ~umask)
     tokenizer.save_pretrained(str(temporary))
     atomic_write_text(temporary / "pretrain.json", json.dumps(dict(info), indent=1) + "\n")
     if directory.exists():
