@@ -235,7 +235,8 @@ def report(specs: list[str], args: argparse.Namespace) -> None:
         "",
         "Median (range) min regret at paid labels (information contract: round 0 pays the GA "
         "archive's distinct sequences; no label twice; no constraint query). A cell counts only "
-        "the runs that reached the budget; `n/k` = k runs of n did.",
+        "the runs that reached the budget; `k/n`: only k of the n runs did. CPU minutes: the sum "
+        "of a run's round times, on a 2-core machine shared with one other job.",
         "",
     ]
     for spec in specs:
