@@ -1742,13 +1742,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
-        import jax
+        from llome_jax import compile_cache
 
-        if not jax.config.jax_compilation_cache_dir:  # keep a cache the caller set (tests)
-            # one directory per worker process: JAX writes entries in place without a lock, so a
-            # worker could read another's half-written executable and crash
-            slot = args.worker_tag.strip() or "w0"
-            jax.config.update("jax_compilation_cache_dir", str(out / ".jax_cache" / slot))
+        # one directory per worker process: JAX writes entries in place without a lock, so a
+        # worker could read another's half-written executable
+        compile_cache.enable(out / ".jax_cache" / (args.worker_tag.strip() or "w0"))
         t0 = time.perf_counter()
         helpers = _start_workers(argv, args.workers)
         for index, spec in enumerate(plan, start=1):

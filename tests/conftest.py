@@ -1,4 +1,5 @@
-"""Test configuration: 8 fake CPU devices and a persistent compilation cache, set before JAX starts."""
+"""Test configuration: 8 fake CPU devices (and, when asked for, a persistent compilation cache), set
+before JAX starts."""
 
 from __future__ import annotations
 
@@ -19,16 +20,30 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
 FIXTURES = SHARED / "fixtures"
 
-_cache_root = os.environ.get(
-    "LLOME_JAX_TEST_CACHE", str(pathlib.Path.home() / ".cache" / "llome-jax" / "jax-test-cache")
-)
-# One directory per pytest-xdist worker: JAX writes a cache entry in place, without a lock unless
-# eviction is on, so a worker reading an entry that another is still writing deserialises a
-# truncated executable and crashes (seen in CI on a cold cache).
-_cache_dir = str(pathlib.Path(_cache_root) / os.environ.get("PYTEST_XDIST_WORKER", "main"))
-jax.config.update("jax_compilation_cache_dir", _cache_dir)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+# A persistent compilation cache only when asked for (LLOME_JAX_TEST_CACHE=DIR, for repeated
+# local runs): on a cold cache, writing entries crashed a test worker twice (jaxlib 0.10.2, a
+# segfault inside executable.serialize() when the entry was written), and CI always starts cold,
+# so it gains nothing from one. One directory per pytest-xdist worker: JAX writes an entry in
+# place, without a lock unless eviction is on, so workers must not read each other's entries.
+_cache_root = os.environ.get("LLOME_JAX_TEST_CACHE")
+if not _cache_root:  # the commands that turn one on (llome_jax.compile_cache) leave it off too
+    os.environ["LLOME_JAX_COMPILATION_CACHE"] = "off"
+else:
+    _cache_dir = pathlib.Path(_cache_root) / os.environ.get("PYTEST_XDIST_WORKER", "main")
+    jax.config.update("jax_compilation_cache_dir", str(_cache_dir))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def subprocess_cache_env() -> dict[str, str]:
+    """Environment for a test's subprocess: this worker's persistent cache, if there is one."""
+    directory = jax.config.jax_compilation_cache_dir
+    if not directory:
+        return {}
+    return {
+        "JAX_COMPILATION_CACHE_DIR": str(directory),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5",
+    }
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from llome_jax import parallel
 from llome_jax.checkpoint import CheckpointError, CheckpointManager, abstract_like
 from llome_jax.train import TrainState, init_train_state, make_train_step
 from tests import workers
+from tests.conftest import subprocess_cache_env
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -164,9 +165,7 @@ def test_kill_and_restore_continues_bit_identically(problem, tmp_path):
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
-        # share the persistent compilation cache with this process (same program, same devices)
-        "JAX_COMPILATION_CACHE_DIR": str(jax.config.jax_compilation_cache_dir),
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5",
+        **subprocess_cache_env(),  # this worker's persistent compilation cache, if any
     }
     proc = subprocess.run(
         [sys.executable, str(REPO / "tests" / "workers.py"), "train_then_die", str(root), "2"],

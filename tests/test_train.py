@@ -32,6 +32,7 @@ from llome_jax.train import (
     paper_optimizer,
 )
 from tests import workers
+from tests.conftest import subprocess_cache_env
 
 CONFIG = TinyLMConfig(vocab_size=32, hidden_size=16, num_layers=1, num_heads=2, max_position=16)
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -425,8 +426,7 @@ def test_two_process_data_parallel_matches_single_device(tmp_path):
         "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
         "JAX_PLATFORMS": "cpu",
         "PYTHONPATH": str(REPO),
-        "JAX_COMPILATION_CACHE_DIR": str(jax.config.jax_compilation_cache_dir),
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5",
+        **subprocess_cache_env(),  # this worker's persistent compilation cache, if any
     }
     worker = REPO / "tests" / "workers.py"
     procs = [

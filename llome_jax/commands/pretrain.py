@@ -112,13 +112,11 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--out DIR is required (or --print-config to show the configuration)")
     import pathlib
 
-    import jax
+    from llome_jax import compile_cache
 
     # ehrlich.make compiles a small chain sampler per instance: a persistent cache turns the
     # repeats into cache hits (keep one the caller set)
-    if not jax.config.jax_compilation_cache_dir:
-        jax.config.update("jax_compilation_cache_dir", str(pathlib.Path(args.out) / ".jax_cache"))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    compile_cache.enable(pathlib.Path(args.out) / ".jax_cache", min_compile_time_secs=0.0)
     result = pretrain.run(cfg, args.out, resume=args.resume, progress=not args.no_progress)
     print(
         f"pretrained {result.steps} steps on {cfg.num_instances} x {cfg.function}; wrote "
