@@ -43,7 +43,6 @@ def test_cpu_pretrained_differs_from_cpu_only_in_the_start_and_round_one() -> No
         "finetune.first_round_epochs",
         "finetune.first_round_min_steps",
     }
-    assert pre["weights"] == "prior:ehr32-32-4-4-4"
 
 
 def test_the_prior_predicts_improving_edits_on_an_unseen_instance() -> None:

@@ -241,8 +241,8 @@ def _settings_of_record(
     ``method``, an experiment's ``loss``); the run directory keeps them on resume."""
     import dataclasses
 
-    fields = {field.name for field in dataclasses.fields(config)}
-    return {k: v for k, v in record.items() if k not in set(skipped) and k in fields}
+    fields = {field.name for field in dataclasses.fields(config)} - set(skipped)
+    return {k: v for k, v in record.items() if k in fields}
 
 
 def _changes(configs: Any, config: Any, saved: Mapping[str, Any]) -> str:

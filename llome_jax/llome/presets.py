@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from llome_jax import priors
 from llome_jax.llome.config import LoopConfig
 
 __all__ = ["PRESETS", "check_weights_given", "preset"]
@@ -124,7 +125,7 @@ _PAPER: dict[str, Any] = {
 # later round does (the prior already writes the format; 12 epochs at 1e-2 would overwrite it).
 _CPU_PRETRAINED: dict[str, Any] = {
     **_CPU,
-    "weights": "prior:ehr32-32-4-4-4",
+    "weights": priors.PREFIX + priors.DEFAULT,
     "finetune": {
         **_CPU["finetune"],
         "first_round_learning_rate": None,

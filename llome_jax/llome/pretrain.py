@@ -645,7 +645,7 @@ def export_weights(
     loads), ``model.safetensors`` (the same weights for ``transformers``), the tokenizer files and
     ``pretrain.json`` (``info``). Written to a temporary directory and renamed.
     """
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
     from llome_jax.llome.runtime import model_with
     from llome_jax.lm import convert
@@ -665,11 +665,8 @@ def export_weights(
         pad_token_id=tokenizer.pad_token_id,
     )
     atomic_write_text(temporary / "config.json", json.dumps(hf, indent=2) + "\n")
-    save_file(convert.hf_tensors(model), str(temporary / "model.safetensors"))
-    # safetensors writes 0o600; give it an ordinary file's mode (0o666 less the umask)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(temporary / "model.safetensors", 0o666 & ~umask)
+    # serialised here and written as an ordinary new file: safetensors' save_file makes it 0o600
+    (temporary / "model.safetensors").write_bytes(save(convert.hf_tensors(model)))
     tokenizer.save_pretrained(str(temporary))
     atomic_write_text(temporary / "pretrain.json", json.dumps(dict(info), indent=1) + "\n")
     if directory.exists():

@@ -19,8 +19,8 @@ __all__ = ["DEFAULT", "PREFIX", "PRIORS", "is_prior", "resolve"]
 
 #: ``weights`` values starting with this name a shipped prior.
 PREFIX = "prior:"
-#: name -> the Ehrlich configuration it was pretrained on.
-PRIORS: dict[str, str] = {"ehr32-32-4-4-4": "Ehr(32,32)-4-4-4"}
+#: the shipped priors' names (each one's pretrain.json says what it was pretrained on).
+PRIORS: tuple[str, ...] = ("ehr32-32-4-4-4",)
 #: The prior of the ``cpu-pretrained`` preset.
 DEFAULT = "ehr32-32-4-4-4"
 
