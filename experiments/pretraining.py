@@ -198,10 +198,10 @@ def plot(spec: str, args: argparse.Namespace) -> pathlib.Path | None:
 
 def prior_provenance(prior: str) -> dict:
     """The prior's ``pretrain.json`` (configuration, instance seeds, steps, seconds)."""
+    from llome_jax import priors
     from llome_jax.llome.config import check_weights_dir
 
-    path = check_weights_dir(prior) / "pretrain.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return priors.provenance(check_weights_dir(prior))
 
 
 def _provenance_or_empty(prior: str) -> dict:

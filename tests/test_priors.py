@@ -73,3 +73,69 @@ def test_the_prior_predicts_improving_edits_on_an_unseen_instance() -> None:
     # measured: untrained -3.73, the prior -0.96 (its training loss: 0.27 a token)
     assert scores["cpu"] < -3.0, scores  # untrained: about log(1/vocab) per token
     assert scores["cpu-pretrained"] > -1.5, scores
+
+
+# ---------------------------------------------------------------------------------------------
+# A prior that does not fit the run is refused before anything runs (one line, exit 2)
+# ---------------------------------------------------------------------------------------------
+def _llome_error(capsys: pytest.CaptureFixture, out, *argv: str) -> str:
+    from llome_jax import cli
+
+    capsys.readouterr()
+    # --print-config: without the check the command returns 0 at once instead of running
+    argv = ["llome", "--preset", "cpu-pretrained", *argv, "--out", str(out), "--print-config"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert not out.exists()  # nothing written
+    return err
+
+
+def test_a_prior_of_another_configuration_is_refused(capsys, tmp_path) -> None:
+    err = _llome_error(capsys, tmp_path / "run", "--function", "f4")
+    assert "pretrained on Ehr(32,32)-4-4-4 instances" in err
+    assert "optimizes an instance of Ehr(32,128)-8-8-8" in err
+    assert "llome-jax pretrain --function 'Ehr(32,128)-8-8-8'" in err
+
+
+def test_a_prior_is_refused_on_an_instance_it_was_pretrained_on(capsys, tmp_path) -> None:
+    argv = ["--function", "Ehr(32,32)-4-4-4", "--instance-seed", "1000255"]
+    err = _llome_error(capsys, tmp_path / "run", *argv)
+    assert "instance seeds 1,000,000-1,000,255, which include this run's instance 1,000,255" in err
+
+
+def test_a_prior_is_refused_in_another_text_format(capsys, tmp_path) -> None:
+    err = _llome_error(capsys, tmp_path / "run", "--function", "f2", "--set", "text_format=list")
+    assert "'compact' text format" in err and "--set text_format=compact" in err
+
+
+def test_a_prior_fits_f2_and_the_instances_it_never_saw() -> None:
+    from llome_jax.llome.config import validate_config
+    from llome_jax.llome.presets import preset
+
+    for function, instance in [
+        ("f2", None),
+        ("Ehr(32,32)-4-4-4", 999_999),
+        ("Ehr(32,32)-4-4-4", 1_000_256),
+    ]:
+        validate_config(preset("cpu-pretrained", function=function, instance_seed=instance))
+
+
+def test_a_pretrain_checkpoint_of_the_user_is_checked_and_the_hint_names_a_shipped_prior(
+    tmp_path,
+) -> None:
+    """A ``llome-jax pretrain`` weights directory of another configuration: the error points to
+    the shipped prior of the run's configuration; a checkpoint without ``pretrain.json`` (a
+    Pythia download) is not checked."""
+    import shutil
+
+    from llome_jax.llome.config import check_prior_fits
+
+    weights = tmp_path / "weights"
+    shutil.copytree(priors.resolve("prior:" + priors.DEFAULT), weights)
+    info = json.loads((weights / "pretrain.json").read_text())
+    (weights / "pretrain.json").write_text(json.dumps({**info, "function": "Ehr(32,64)-4-4-4"}))
+    with pytest.raises(ValueError, match=r"use --weights prior:ehr32-32-4-4-4$"):
+        check_prior_fits(str(weights), "Ehr(32,32)-4-4-4", None, "compact")
+    (weights / "pretrain.json").unlink()
+    check_prior_fits(str(weights), "Ehr(32,128)-8-8-8", 1_000_000, "list")

@@ -32,6 +32,7 @@ __all__ = [
     "SPEED_ONLY",
     "FinetuneConfig",
     "LoopConfig",
+    "check_prior_fits",
     "check_weights_dir",
     "loss_for_round",
     "parse_schedule",
@@ -532,15 +533,60 @@ def check_weights_dir(path: str) -> pathlib.Path:
     return directory
 
 
+def check_prior_fits(
+    weights: str, configuration: str, instance_seed: int | None, text_format: str
+) -> None:
+    """Refuse a checkpoint of ``llome-jax pretrain`` (one with a ``pretrain.json``) that does not
+    fit the run: pretrained on another Ehrlich configuration (``configuration``, e.g.
+    ``"Ehr(32,32)-4-4-4"``), in another text format, or on the very instance being optimized
+    (labels of that function nobody paid for: the information contract). Checkpoints without
+    ``pretrain.json`` (a Pythia download) pass.
+
+    Raises:
+      ValueError: one line saying what does not fit and what to use instead.
+    """
+    from llome_jax import priors
+
+    made = priors.provenance(check_weights_dir(weights))
+    if not made:
+        return
+    name = weights
+    if made.get("function") != configuration:
+        shipped = priors.shipped_for(configuration)
+        hint = (
+            f"use --weights {priors.PREFIX}{shipped[0]}"
+            if shipped
+            else f"pretrain one with `llome-jax pretrain --function '{configuration}' --out DIR` "
+            "and pass --weights DIR/weights"
+        )
+        raise ValueError(
+            f"--weights {name} was pretrained on {made.get('function')} instances, but this run "
+            f"optimizes an instance of {configuration}; {hint}"
+        )
+    if made.get("text_format", text_format) != text_format:
+        raise ValueError(
+            f"--weights {name} was pretrained on the {made['text_format']!r} text format, but "
+            f"this run writes {text_format!r}; --set text_format={made['text_format']}"
+        )
+    seeds = made.get("instance_seeds", {})
+    if instance_seed is not None and seeds.get("first", 1) <= instance_seed <= seeds.get("last", 0):
+        raise ValueError(
+            f"--weights {name} was pretrained on instance seeds {seeds['first']:,}-"
+            f"{seeds['last']:,}, which include this run's instance {instance_seed:,}; optimize an "
+            "instance it did not see (pretraining uses seeds >= 1,000,000 only)"
+        )
+
+
 def validate_config(cfg: LoopConfig, *, check_function: bool = True) -> None:
     """Eager checks of everything that can be wrong in user input (before any work or writes);
     ``check_function=False`` when an objective replaces ``cfg.function``."""
     from llome_jax import ehrlich
 
-    if check_function:
-        ehrlich.resolve_function(cfg.function, cfg.instance_seed)
+    function = ehrlich.resolve_function(cfg.function, cfg.instance_seed) if check_function else None
     if cfg.weights is not None:
         check_weights_dir(cfg.weights)
+        if function is not None:
+            check_prior_fits(cfg.weights, function.name, cfg.instance_seed, cfg.text_format)
     else:
         from llome_jax.lm.pythia import PythiaConfig
 

@@ -23,7 +23,9 @@ CLI passes ``function``, ``schedule``, ``rounds``, ``seed``, ``weights`` and its
 * ``cpu-pretrained``: ``cpu`` from the prior shipped with the package (``llome_jax.priors``:
   the ``tiny`` Pythia pretrained by ``llome-jax pretrain`` on PropEn pairs of GA data of other
   instances of f2's configuration ``Ehr(32,32)-4-4-4``, instance seeds >= 1,000,000), with
-  round 1 trained as the later rounds (lr 3e-3, 4 epochs) instead of from scratch.
+  round 1 trained as the later rounds (lr 3e-3, 4 epochs) instead of from scratch. A run on
+  another configuration, in another text format or on an instance the prior saw is refused
+  (:func:`llome_jax.llome.config.check_prior_fits`).
 * ``paper``: Pythia-2.8B from ``--weights DIR`` (its own tokenizer), the paper's
   hyper-parameters (appendix "LLM Training Details", bold values, and the algorithm captions):
   AdamW lr 1e-6 with batch 128 for SFT and 64 for MargE (lambda 10), RMSprop lr 1e-7 with batch

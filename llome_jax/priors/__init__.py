@@ -4,7 +4,9 @@ A prior is a small GPT-NeoX (Pythia) checkpoint on the Ehrlich tokenizer: ``conf
 ``model.safetensors``, the tokenizer files and ``pretrain.json`` (how it was made: the Ehrlich
 configuration, the instance seeds, all >= 1,000,000 so that no benchmark instance was seen, the
 steps and the CPU seconds). ``LoopConfig.weights = "prior:NAME"`` (or ``llome --weights
-prior:NAME``) loads one; the ``cpu-pretrained`` preset uses :data:`DEFAULT`.
+prior:NAME``) loads one; the ``cpu-pretrained`` preset uses :data:`DEFAULT`. A run refuses a
+prior of another configuration or one pretrained on its own instance
+(``llome_jax.llome.config.check_prior_fits``, which reads :func:`provenance`).
 
 Catalogue (``NAME``: the configuration it was pretrained on)::
 
@@ -13,9 +15,10 @@ Catalogue (``NAME``: the configuration it was pretrained on)::
 
 from __future__ import annotations
 
+import json
 import pathlib
 
-__all__ = ["DEFAULT", "PREFIX", "PRIORS", "is_prior", "resolve"]
+__all__ = ["DEFAULT", "PREFIX", "PRIORS", "is_prior", "provenance", "resolve", "shipped_for"]
 
 #: ``weights`` values starting with this name a shipped prior.
 PREFIX = "prior:"
@@ -43,3 +46,16 @@ def resolve(weights: str) -> pathlib.Path:
     if not (directory / "config.json").is_file():
         raise ValueError(f"prior {name!r}: {directory} is missing from this installation")
     return directory
+
+
+def provenance(directory: str | pathlib.Path) -> dict:
+    """How the checkpoint in ``directory`` was pretrained: its ``pretrain.json`` (``function``,
+    ``instance_seeds`` ``{first, last, count}``, ``text_format``, steps, seconds), or ``{}`` for
+    a checkpoint that ``llome-jax pretrain`` did not make (e.g. a Pythia download)."""
+    path = pathlib.Path(directory) / "pretrain.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def shipped_for(configuration: str) -> list[str]:
+    """The shipped priors pretrained on ``configuration`` (an ``Ehr(v,L)-c-k-q`` name)."""
+    return [n for n in PRIORS if provenance(resolve(n)).get("function") == configuration]
