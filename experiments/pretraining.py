@@ -1,14 +1,16 @@
 """Does a pretrained prior help LLOME at laptop scale? Pretrained vs from-scratch LLOME-MargE.
 
 The paper's LLOME starts from Pythia-2.8B pretrained on the Pile; the ``cpu`` preset starts from
-a random 0.2M-parameter model. ``llome-jax pretrain`` trains the same model on PropEn pairs of GA
-data of *other* instances of a configuration (instance seeds >= 1,000,000); this script runs
+a random 0.2M-parameter model. ``llome-jax pretrain`` trains the same model on PropEn pairs of
+GA data of *other* instances of a configuration (instance seeds >= 1,000,000); this script runs
 LLOME-MargE (one SFT round, then MargE) from that prior (``--preset cpu-pretrained``, or any
-``--prior``) and from scratch (``--preset cpu``) on the same functions, run seeds and label
-budget, with blind single-mutant local search as the floor, and tables the median (range) min
-regret at 10K / 20K / 30K paid labels (the information contract: round 0 pays the GA archive's
-distinct sequences, no label twice, no constraint query). A run whose rounds paid fewer than ``j``
-labels gets more rounds until it has paid 30K (at most twice ``--rounds``).
+``--prior``; repeat ``--prior`` for functions of several configurations: each function gets the
+prior pretrained on its configuration) and from scratch (``--preset cpu``) on the same
+functions, run seeds and label budget, with blind single-mutant local search as the floor, and
+tables the median (range) min regret at 10K / 20K / 30K paid labels (the information contract:
+round 0 pays the GA archive's distinct sequences, no label twice, no constraint query). A run
+whose rounds paid fewer than ``j`` labels gets more rounds until it has paid 30K (at most twice
+``--rounds``).
 
 Functions (``--functions``, comma-separated): a paper function (``f2``) or ``NAME@SEED``, an
 instance of a configuration, e.g. ``Ehr(32,32)-4-4-4@1`` (training instances: seeds below
@@ -17,6 +19,9 @@ instance of a configuration, e.g. ``Ehr(32,32)-4-4-4@1`` (training instances: se
     python experiments/pretraining.py --functions 'f2,Ehr(32,32)-4-4-4@1,Ehr(32,32)-4-4-4@2'
     python experiments/pretraining.py --arms pretrained --seeds 0 --functions f2   # one run
     python experiments/pretraining.py --report-only                               # tables
+    llome-jax pretrain --function 'Ehr(32,64)-4-4-4' --out results/prior/ehr32-64
+    python experiments/pretraining.py --functions 'Ehr(32,64)-4-4-4@1' \
+        --prior prior:ehr32-32-4-4-4 --prior results/prior/ehr32-64/weights
 
 Every run is a resumable run directory ``OUT/runs/<function>/<arm>_seed<k>/`` (re-running
 resumes unfinished runs and skips finished ones); ``OUT/local_search/runs/`` holds the floor.
@@ -82,7 +87,7 @@ def run_llome(spec: str, arm: str, seed: int, args: argparse.Namespace) -> pathl
     name, instance = parse_function(spec)
     overrides = {"function": name, "instance_seed": instance, "rounds": args.rounds, "seed": seed}
     if arm == "pretrained":
-        overrides["weights"] = args.prior
+        overrides["weights"] = prior_for(spec, args.prior)
     cfg = preset(ARMS[arm], schedule=loop.schedule_for_loss("marge"), **overrides)
     run_dir = pathlib.Path(args.out) / "runs" / slug(spec) / f"{arm}_seed{seed}"
     if (run_dir / "done.json").exists():
@@ -204,11 +209,43 @@ def prior_provenance(prior: str) -> dict:
     return priors.provenance(check_weights_dir(prior))
 
 
-def _provenance_or_empty(prior: str) -> dict:
+def configuration(spec: str) -> str:
+    """The Ehrlich configuration of a function spec: ``f2`` -> ``Ehr(32,32)-4-4-4``."""
+    from llome_jax.ehrlich import PAPER_FUNCTIONS, EhrlichConfig
+
+    name, _ = parse_function(spec)
+    return EhrlichConfig.from_name(PAPER_FUNCTIONS.get(name, name)).name
+
+
+def prior_for(spec: str, candidates: list[str]) -> str:
+    """The one of ``candidates`` pretrained on ``spec``'s configuration.
+
+    Raises:
+      ValueError: none is (the message says how to make one).
+    """
+    wanted = configuration(spec)
+    for prior in candidates:
+        if prior_provenance(prior).get("function") == wanted:
+            return prior
+    raise ValueError(
+        f"no --prior was pretrained on {wanted} (for {spec}); make one with `llome-jax pretrain "
+        f"--function '{wanted}' --out DIR` and add --prior DIR/weights"
+    )
+
+
+def _prior_line(spec: str, candidates: list[str]) -> str:
     try:
-        return prior_provenance(prior)
+        prior = prior_for(spec, candidates)
+        made = prior_provenance(prior)
     except (ValueError, FileNotFoundError):
-        return {}
+        return "Prior: none given for this configuration."
+    seeds = made.get("instance_seeds", {})
+    return (
+        f"Prior: `{prior}`, pretrained on {made.get('function', '?')} instance seeds "
+        f"{seeds.get('first', '?')}..{seeds.get('last', '?')} ({made.get('steps', '?')} steps, "
+        f"{made.get('seconds', float('nan')):.0f} s of CPU wall clock, paid once per "
+        "configuration and not counted below)."
+    )
 
 
 def report(specs: list[str], args: argparse.Namespace) -> None:
@@ -223,15 +260,8 @@ def report(specs: list[str], args: argparse.Namespace) -> None:
         records = [json.loads(x) for x in (run_dir / "rounds.jsonl").read_text().splitlines()]
         group = (run_dir.parent.name, run_dir.name.split("_seed")[0])
         seconds.setdefault(group, []).append(sum(r.get("seconds", 0.0) for r in records))
-    provenance = _provenance_or_empty(args.prior)
     lines = [
         "# Pretrained prior vs from scratch: LLOME-MargE at laptop scale",
-        "",
-        f"Prior: `{args.prior}`, pretrained on {provenance.get('function', '?')} instance seeds "
-        f"{provenance.get('instance_seeds', {}).get('first', '?')}.."
-        f"{provenance.get('instance_seeds', {}).get('last', '?')} "
-        f"({provenance.get('steps', '?')} steps, {provenance.get('seconds', float('nan')):.0f} s "
-        "of CPU wall clock, paid once per configuration and not counted below).",
         "",
         "Median (range) min regret at paid labels (information contract: round 0 pays the GA "
         "archive's distinct sequences; no label twice; no constraint query). A cell counts only "
@@ -243,7 +273,8 @@ def report(specs: list[str], args: argparse.Namespace) -> None:
         cells = [r for r in rows if r["function"] == spec]
         if not cells:
             continue
-        lines += [f"## {spec}", "", "| method | " + " | ".join(f"{b // 1000}K" for b in BUDGETS)]
+        lines += [f"## {spec}", "", _prior_line(spec, args.prior), ""]
+        lines += ["| method | " + " | ".join(f"{b // 1000}K" for b in BUDGETS)]
         lines[-1] += " | CPU min per run |"
         lines.append("|---|" + "---|" * (len(BUDGETS) + 1))
         for method in dict.fromkeys(r["method"] for r in cells):
@@ -275,8 +306,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument(
         "--prior",
-        default="prior:ehr32-32-4-4-4",
+        action="append",
         help="the pretrained arm's weights: a shipped prior (prior:NAME) or a pretrain weights/ "
+        "directory; repeatable, each function takes the one pretrained on its configuration "
+        "(default prior:ehr32-32-4-4-4) "
         "directory",
     )
     parser.add_argument(
@@ -286,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args(argv)
+    args.prior = args.prior or ["prior:ehr32-32-4-4-4"]
     specs = split_functions(args.functions)
     arms = [a for a in args.arms.split(",") if a]
     seeds = [int(s) for s in args.seeds.split(",") if s]
@@ -296,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise ValueError(f"unknown arms {sorted(unknown)}; choose from {sorted(ARMS)}")
         if "pretrained" in arms:
-            prior_provenance(args.prior)
+            for spec in specs:
+                prior_for(spec, args.prior)
     except (ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -66,3 +66,29 @@ def test_summary_medians_and_runs_short_of_a_budget(tmp_path: pathlib.Path) -> N
     assert math.isclose(cell[(pre, 30_000)]["median"], 0.45)
     assert cell[("LLOME-MargE (scratch)", 30_000)]["median"] == 0.79
     assert ("blind local search", 10_000) not in cell  # no floor runs here
+
+
+def test_each_function_takes_the_prior_of_its_configuration(tmp_path, capsys) -> None:
+    """Repeated ``--prior``: f2 gets the shipped prior (pretrained on ``Ehr(32,32)-4-4-4``), an
+    ``Ehr(32,64)-4-4-4`` instance the directory whose ``pretrain.json`` says that configuration;
+    a function with no fitting prior is refused before any run (exit 2, one line)."""
+    import shutil
+
+    from llome_jax import priors
+
+    weights = tmp_path / "prior64" / "weights"
+    shutil.copytree(priors.resolve("prior:ehr32-32-4-4-4"), weights)
+    info = json.loads((weights / "pretrain.json").read_text())
+    (weights / "pretrain.json").write_text(json.dumps({**info, "function": "Ehr(32,64)-4-4-4"}))
+    candidates = ["prior:ehr32-32-4-4-4", str(weights)]
+    assert pretraining.prior_for("f2", candidates) == "prior:ehr32-32-4-4-4"
+    assert pretraining.prior_for("Ehr(32,64)-4-4-4@3", candidates) == str(weights)
+    assert pretraining.prior_for("Ehr(32,64)-4-4-4@3", candidates[::-1]) == str(weights)
+    with pytest.raises(ValueError, match=r"pretrained on Ehr\(32,128\)-8-8-8 \(for f4\)"):
+        pretraining.prior_for("f4", candidates)
+    capsys.readouterr()
+    argv = ["--functions", "f2,f4", "--out", str(tmp_path / "out"), "--no-progress"]
+    assert pretraining.main([*argv, "--prior", str(weights)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "Ehr(32,32)-4-4-4 (for f2)" in err
+    assert not (tmp_path / "out").exists()
