@@ -536,17 +536,22 @@ def _at(x: Sequence[int], y: Sequence[float], budget: float) -> float:
 
 def _summary(curves: dict[str, list], after: float) -> dict[str, dict[str, float]]:
     """method -> median / min / max over seeds of the min regret ``after`` labels past round 0
-    (each run's first point, its round 0, plus ``after``), and seeds."""
+    (each run's first point, its round 0, plus ``after``), seeds, and ``labels_paid``: the
+    median over seeds of the labels a run paid after round 0 up to ``after`` (less for a run that
+    stopped early, whose last min regret counts)."""
     out = {}
     for method, runs in curves.items():
         finals = np.array([_at(x, y, x[0] + after) for x, y in runs], np.float64)
-        finals = finals[~np.isnan(finals)]
+        paid = np.array([min(x[-1] - x[0], after) for x, _ in runs], np.float64)
+        keep = ~np.isnan(finals)
+        finals, paid = finals[keep], paid[keep]
         if finals.size:
             out[method] = {
                 "median": float(np.median(finals)),
                 "min": float(finals.min()),
                 "max": float(finals.max()),
                 "seeds": int(finals.size),
+                "labels_paid": float(np.median(paid)),
             }
     return out
 
@@ -682,7 +687,18 @@ def figure_solver(ctx: Context) -> tuple[str, list[Verdict]]:
             stops.append(f"{function}: {early}")
         summary = _summary(curves, ctx.budget)
         for method, s in summary.items():
-            rows.append([function, method, s["seeds"], ctx.budget, s["median"], s["min"], s["max"]])
+            rows.append(
+                [
+                    function,
+                    method,
+                    s["seeds"],
+                    ctx.budget,
+                    s["median"],
+                    s["min"],
+                    s["max"],
+                    int(s["labels_paid"]),
+                ]
+            )
         found = []
         if function in EASY_OR_HARD:
             found.append(vd.solver_all_comparable(function, summary))
@@ -700,11 +716,17 @@ def figure_solver(ctx: Context) -> tuple[str, list[Verdict]]:
         "median_min_regret",
         "min",
         "max",
+        "median_labels_paid",
     ]
     _write_csv(ctx.out / "solver.csv", header, rows)
     text.append(_table(header, rows))
     if stops:  # their last min regret counts at the budget
-        text.append("Runs that stopped before their budget: " + "; ".join(stops) + ".")
+        text.append(
+            "Runs that stopped before their budget (their last min regret counts; "
+            "`median_labels_paid`: labels paid after round 0, median over seeds): "
+            + "; ".join(stops)
+            + "."
+        )
     return "\n\n".join(text), verdicts
 
 

@@ -194,6 +194,8 @@ def test_tiny_plan_runs_resumes_skips_and_redraws(
     expected = min(r["min_regret"] for r in rounds if r["num_evaluations"] <= budget)
     assert row["method"] == "GA" and row["function"] == "f2"
     assert float(row["median_min_regret"]) == pytest.approx(expected)
+    paid = rounds[-1]["num_evaluations"] - rounds[0]["num_evaluations"]
+    assert int(row["median_labels_paid"]) == min(paid, int(row["labels_after_round_0"]))
     report = (out / "report.md").read_text()
     assert "## 1. Solver regret comparison" in report and "**Paper:**" in report
     # the GA alone: the f2 claims name methods that did not run; each claim has its own line
