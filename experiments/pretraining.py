@@ -113,8 +113,20 @@ def run_llome(spec: str, arm: str, seed: int, args: argparse.Namespace) -> pathl
             break
         rounds, resume = rounds + 1, True
     seconds = time.perf_counter() - started
-    (run_dir / "done.json").write_text(json.dumps({"seconds_this_call": round(seconds, 1)}) + "\n")
+    records = (run_dir / "rounds.jsonl").read_text().splitlines()
+    done = {
+        "last_round": json.loads(records[-1])["round"],
+        "stop_reason": result.stop_reason or "",
+        "seconds_this_call": round(seconds, 1),
+    }
+    (run_dir / "done.json").write_text(json.dumps(done) + "\n")
     return run_dir
+
+
+def finished(run_dir: pathlib.Path) -> dict | None:
+    """A finished run's ``done.json`` (``stop_reason`` ``""``: none recorded), else ``None``."""
+    path = run_dir / "done.json"
+    return {"stop_reason": "", **json.loads(path.read_text())} if path.is_file() else None
 
 
 def run_floor(spec: str, seeds: list[int], args: argparse.Namespace) -> None:
@@ -152,7 +164,10 @@ def groups(spec: str, args: argparse.Namespace) -> list[str]:
 
 def summarise(specs: list[str], args: argparse.Namespace) -> list[dict]:
     """Median / min / max min regret at each of :data:`BUDGETS` per (function, method), over the
-    runs that reached the budget (a run short of it is not counted at that budget)."""
+    runs that reached the budget or finished below it (``done.json``: stopped early, e.g. with
+    no training pairs, or at its round cap; its last min regret counts, as it can pay no more).
+    An unfinished run short of a budget is not counted there. ``ended_before``: the finished
+    runs counted below the budget. Floor runs (local search) count where they reached it."""
     import numpy as np
 
     from llome_jax.compare import load_runs, value_at
@@ -168,7 +183,12 @@ def summarise(specs: list[str], args: argparse.Namespace) -> list[dict]:
             by_method.setdefault(run.label, []).append(run)
         for method, members in by_method.items():
             for budget in BUDGETS:
-                reached = [r for r in members if r.evaluations[-1] >= budget]
+                ended = [
+                    r
+                    for r in members
+                    if r.evaluations[-1] < budget and r.label != FLOOR and finished(r.path)
+                ]
+                reached = [r for r in members if r.evaluations[-1] >= budget] + ended
                 values = np.array([value_at(r, budget) for r in reached], np.float64)
                 rows.append(
                     {
@@ -177,6 +197,7 @@ def summarise(specs: list[str], args: argparse.Namespace) -> list[dict]:
                         "budget": budget,
                         "runs": len(members),
                         "runs_at_budget": len(reached),
+                        "ended_before": len(ended),
                         "median": float(np.median(values)) if len(values) else float("nan"),
                         "min": float(values.min()) if len(values) else float("nan"),
                         "max": float(values.max()) if len(values) else float("nan"),
@@ -248,6 +269,28 @@ def _prior_line(spec: str, candidates: list[str]) -> str:
     )
 
 
+def early_stops(spec: str, args: argparse.Namespace) -> list[str]:
+    """``"LLOME-MargE (pretrained) seed 1: after round 11, 23,124 labels (reason)"`` for the
+    finished runs of ``spec`` that paid fewer than the largest budget."""
+    out = []
+    for run_dir in sorted((pathlib.Path(args.out) / "runs" / slug(spec)).glob("*_seed*")):
+        done = finished(run_dir)
+        if done is None:
+            continue
+        last = json.loads((run_dir / "rounds.jsonl").read_text().splitlines()[-1])
+        if last["num_evaluations"] >= max(BUDGETS):
+            continue
+        arm, seed = run_dir.name.split("_seed")
+        reason = done["stop_reason"] or (
+            "its round cap" if "last_round" in done else "no reason recorded"
+        )
+        out.append(
+            f"{LABELS.get(arm, arm)} seed {seed}: after round {last['round']}, "
+            f"{last['num_evaluations']:,} labels ({reason})"
+        )
+    return out
+
+
 def report(specs: list[str], args: argparse.Namespace) -> None:
     rows = summarise(specs, args)
     out = pathlib.Path(args.out)
@@ -287,11 +330,19 @@ def report(specs: list[str], args: argparse.Namespace) -> None:
                     shown = f" {c['median']:.3f} ({c['min']:.3f}-{c['max']:.3f})"
                     if c["runs_at_budget"] < c["runs"]:
                         shown += f" {c['runs_at_budget']}/{c['runs']}"
+                    if c["ended_before"]:
+                        shown += " " + "*" * c["ended_before"]
                     row.append(shown + " |")
             arm = next((a for a, label in LABELS.items() if label == method), None)
             times = seconds.get((slug(spec), arm), [])
             row.append(f" {sum(times) / len(times) / 60:.0f} |" if times else " – |")
             lines.append("".join(row))
+        if stops := early_stops(spec, args):
+            lines += [
+                "",
+                "Runs that ended before 30K labels (`*` in a cell: counted there with "
+                "their last min regret, as they can pay no more): " + "; ".join(stops) + ".",
+            ]
         png = plot(spec, args)
         if png is not None:
             lines += ["", f"![{spec}]({png.name})", ""]

@@ -92,3 +92,28 @@ def test_each_function_takes_the_prior_of_its_configuration(tmp_path, capsys) ->
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "Ehr(32,32)-4-4-4 (for f2)" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_run_that_stopped_early_counts_with_its_last_value(tmp_path: pathlib.Path) -> None:
+    """A finished run (``done.json``) below a budget, e.g. stopped with no training pairs, counts
+    there with its last min regret (it can pay no more) and is listed with its reason; an
+    unfinished one does not count."""
+    runs = tmp_path / "runs" / "f2"
+    _run_dir(runs / "pretrained_seed0", [(1100, 0.95), (10500, 0.7), (20100, 0.5), (30500, 0.25)])
+    _run_dir(runs / "pretrained_seed1", [(1100, 0.95), (10100, 0.6), (23124, 0.4)])
+    _run_dir(runs / "pretrained_seed2", [(1100, 0.95), (10200, 0.9), (21000, 0.8)])
+    reason = "the labelled set yields no training pairs"
+    done = {"last_round": 2, "stop_reason": reason, "seconds_this_call": 1.0}
+    (runs / "pretrained_seed1" / "done.json").write_text(json.dumps(done))
+    args = argparse.Namespace(out=str(tmp_path))
+    rows = pretraining.summarise(["f2"], args)
+    cell = {(r["method"], r["budget"]): r for r in rows}
+    at_30k = cell[("LLOME-MargE (pretrained)", 30_000)]
+    # seed0 0.5 (its 30,500 round is past 30K), seed1 stopped at 23,124 with 0.4; seed2
+    # unfinished at 21,000: not counted
+    assert (at_30k["runs_at_budget"], at_30k["ended_before"]) == (2, 1)
+    assert math.isclose(at_30k["median"], 0.45)
+    assert cell[("LLOME-MargE (pretrained)", 20_000)]["ended_before"] == 0
+    assert pretraining.early_stops("f2", args) == [
+        f"LLOME-MargE (pretrained) seed 1: after round 2, 23,124 labels ({reason})"
+    ]
