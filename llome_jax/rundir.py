@@ -446,8 +446,29 @@ class RunDirectory:
             os.fsync(stream.fileno())
         return ordered
 
+    @property
+    def stopped_path(self) -> pathlib.Path:
+        return self.path / "stopped.json"
+
+    def log_stop(self, after_round: int, reason: str) -> None:
+        """Record why the run ended after ``after_round`` when the next round could not run at
+        all (LLOME: the latest labels hold no training pair), so no ``rounds.jsonl`` record can
+        say it: ``stopped.json`` = ``{"after_round", "stop_reason"}``. (A stop decided in a round,
+        such as the optimum found, is that round's record's ``stop_reason``.)"""
+        text = json.dumps({"after_round": int(after_round), "stop_reason": reason}, indent=1)
+        atomic_write_text(self.stopped_path, text + "\n")
+
+    def stopped(self) -> dict[str, Any] | None:
+        """``stopped.json``, or ``None``."""
+        path = self.stopped_path
+        return json.loads(path.read_text()) if path.exists() else None
+
     def rollback(self, to_round: int) -> None:
-        """Drop every record of rounds ``> to_round`` (used when resuming from a checkpoint)."""
+        """Drop every record of rounds ``> to_round`` (used when resuming from a checkpoint), and
+        a ``stopped.json`` of a later round."""
+        stop = self.stopped()
+        if stop is not None and stop["after_round"] > to_round:
+            self.stopped_path.unlink()
         if self.rounds_path.exists():
             kept = [r for r in self.rounds() if r["round"] <= to_round]
             atomic_write_text(self.rounds_path, "".join(json.dumps(r) + "\n" for r in kept))

@@ -81,7 +81,8 @@ class RoundOptimizer(Protocol[State]):
         ...
 
     def round(self, state: State, *, progress: bool = False) -> tuple[State, RoundResult | None]:
-        """The next round."""
+        """The next round; ``None`` when it cannot run (``stop_reason(state)`` then says why,
+        and :func:`run` writes it to ``stopped.json``)."""
         ...
 
     def round_index(self, state: State) -> int: ...
@@ -255,7 +256,8 @@ def _run_rounds(
             t0 = time.perf_counter()
             queries = _queries(oracle)
             state, result = optimizer.round(state, progress=progress)
-            if result is None:
+            if result is None:  # the round could not run: say why in the run directory
+                run_dir.log_stop(optimizer.round_index(state), optimizer.stop_reason(state))
                 break
             seconds = time.perf_counter() - t0
             run_dir.log_evaluated(optimizer.round_index(state), result.sequences, result.values)

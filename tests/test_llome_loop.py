@@ -336,6 +336,28 @@ def test_no_training_pairs_stops_with_a_reason(smoke_run: pathlib.Path) -> None:
     assert int(new_state.stop_code) == 3 and int(new_state.round) == int(state.round)
 
 
+def test_a_run_that_cannot_train_records_why_in_its_directory(tmp_path: pathlib.Path) -> None:
+    """A constant objective: round 0's labels hold no PropEn pair, so round 1 cannot run.
+    ``rounds.jsonl`` has round 0 only, and ``stopped.json`` says why the run ended; a resume asks
+    again and ends the same way."""
+    from llome_jax.objective import Objective
+    from llome_jax.rundir import RunDirectory
+
+    x0 = np.zeros(8, np.int32)
+    constant = Objective(
+        "constant", 8, 8, lambda x: np.full(len(x), 0.5, np.float32), initial_solution=x0
+    )
+    cfg = preset("smoke", rounds=2)
+    result = loop.run(cfg, tmp_path / "run", objective=constant, progress=False)
+    assert result.stop_reason == loop.STOP_REASONS[3]
+    run = RunDirectory(tmp_path / "run")
+    assert [r["round"] for r in run.rounds()] == [0]
+    assert run.stopped() == {"after_round": 0, "stop_reason": loop.STOP_REASONS[3]}
+    again = loop.run(cfg, tmp_path / "run", objective=constant, resume=True, progress=False)
+    assert again.stop_reason == loop.STOP_REASONS[3]
+    assert [r["round"] for r in run.rounds()] == [0] and run.stopped()["after_round"] == 0
+
+
 @pytest.mark.parametrize("training_data", ["latest", "cumulative"])
 def test_training_data_latest_or_cumulative(
     smoke_run: pathlib.Path, monkeypatch: pytest.MonkeyPatch, training_data: str

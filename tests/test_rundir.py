@@ -136,6 +136,20 @@ def test_log_read_and_rollback(tmp_path):
     np.testing.assert_array_equal(curve, [1.0, 1.0])
 
 
+def test_a_stop_before_a_round_is_recorded_and_rolled_back_with_later_rounds(tmp_path):
+    run = rundir.RunDirectory.create(tmp_path, {"optimizer": "x"})
+    assert run.stopped() is None
+    run.log_stop(2, "the labelled set yields no training pairs")
+    assert json.loads((tmp_path / "stopped.json").read_text()) == {
+        "after_round": 2,
+        "stop_reason": "the labelled set yields no training pairs",
+    }
+    run.rollback(2)  # the stop follows the kept rounds: it stays
+    assert run.stopped()["after_round"] == 2
+    run.rollback(1)  # resuming from round 1: round 2 and the stop after it are gone
+    assert run.stopped() is None and not (tmp_path / "stopped.json").exists()
+
+
 def test_regret_curve_uses_the_rounds_own_accounting(tmp_path):
     """GA seed data: 10,000 oracle calls but only its distinct sequences in evaluated.csv."""
     run = rundir.RunDirectory.create(tmp_path, {"optimizer": "x"})
