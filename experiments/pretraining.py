@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         help="the pretrained arm's weights: a shipped prior (prior:NAME) or a pretrain weights/ "
         "directory; repeatable, each function takes the one pretrained on its configuration "
-        "(default prior:ehr32-32-4-4-4) "
+        "(default: every shipped prior) "
         "directory",
     )
     parser.add_argument(
@@ -371,7 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args(argv)
-    args.prior = args.prior or ["prior:ehr32-32-4-4-4"]
+    from llome_jax import priors
+
+    args.prior = args.prior or [priors.PREFIX + name for name in priors.PRIORS]
     specs = split_functions(args.functions)
     arms = [a for a in args.arms.split(",") if a]
     seeds = [int(s) for s in args.seeds.split(",") if s]

@@ -11,6 +11,7 @@ prior of another configuration or one pretrained on its own instance
 Catalogue (``NAME``: the configuration it was pretrained on)::
 
     ehr32-32-4-4-4   Ehr(32,32)-4-4-4, the configuration of the paper's f2
+    ehr32-64-4-4-4   Ehr(32,64)-4-4-4, the same with sequences twice as long
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ __all__ = ["DEFAULT", "PREFIX", "PRIORS", "is_prior", "provenance", "resolve", "
 #: ``weights`` values starting with this name a shipped prior.
 PREFIX = "prior:"
 #: the shipped priors' names (each one's pretrain.json says what it was pretrained on).
-PRIORS: tuple[str, ...] = ("ehr32-32-4-4-4",)
+PRIORS: tuple[str, ...] = ("ehr32-32-4-4-4", "ehr32-64-4-4-4")
 #: The prior of the ``cpu-pretrained`` preset.
 DEFAULT = "ehr32-32-4-4-4"
 
