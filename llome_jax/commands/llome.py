@@ -58,8 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--weights",
         default=None,
         help="GPT-NeoX (Pythia) checkpoint directory (paper preset), an llome-jax pretrain "
-        "weights/ directory, or prior:NAME for a shipped prior (cpu-pretrained: "
-        "prior:ehr32-32-4-4-4)",
+        "weights/ directory, or prior:NAME for a shipped prior: prior:ehr32-32-4-4-4 (the "
+        "cpu-pretrained default) or prior:ehr32-64-4-4-4, each for its own configuration",
     )
     parser.add_argument(
         "--num-selected", type=int, default=None, help="j, labels per round (preset value)"
