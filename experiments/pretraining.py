@@ -19,9 +19,9 @@ instance of a configuration, e.g. ``Ehr(32,32)-4-4-4@1`` (training instances: se
     python experiments/pretraining.py --functions 'f2,Ehr(32,32)-4-4-4@1,Ehr(32,32)-4-4-4@2'
     python experiments/pretraining.py --arms pretrained --seeds 0 --functions f2   # one run
     python experiments/pretraining.py --report-only                               # tables
-    llome-jax pretrain --function 'Ehr(32,64)-4-4-4' --out results/prior/ehr32-64
-    python experiments/pretraining.py --functions 'Ehr(32,64)-4-4-4@1' \
-        --prior prior:ehr32-32-4-4-4 --prior results/prior/ehr32-64/weights
+    python experiments/pretraining.py --functions 'Ehr(32,64)-4-4-4@1'  # its shipped prior
+    llome-jax pretrain --function 'Ehr(32,32)-4-4-2' --out results/prior/q2   # another one
+    python experiments/pretraining.py --functions 'Ehr(32,32)-4-4-2@1' --prior results/prior/q2/weights
 
 Every run is a resumable run directory ``OUT/runs/<function>/<arm>_seed<k>/`` (re-running
 resumes unfinished runs and skips finished ones); ``OUT/local_search/runs/`` holds the floor.
