@@ -361,8 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         help="the pretrained arm's weights: a shipped prior (prior:NAME) or a pretrain weights/ "
         "directory; repeatable, each function takes the one pretrained on its configuration "
-        "(default: every shipped prior) "
-        "directory",
+        "(default: every shipped prior)",
     )
     parser.add_argument(
         "--rounds", type=int, default=rounds_for(max(BUDGETS)), help="LLOME rounds (to 30K)"
