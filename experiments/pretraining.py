@@ -181,13 +181,10 @@ def summarise(specs: list[str], args: argparse.Namespace) -> list[dict]:
         by_method: dict[str, list] = {}
         for run in runs:
             by_method.setdefault(run.label, []).append(run)
+        done = {r.path for r in runs if r.label != FLOOR and finished(r.path)}
         for method, members in by_method.items():
             for budget in BUDGETS:
-                ended = [
-                    r
-                    for r in members
-                    if r.evaluations[-1] < budget and r.label != FLOOR and finished(r.path)
-                ]
+                ended = [r for r in members if r.evaluations[-1] < budget and r.path in done]
                 reached = [r for r in members if r.evaluations[-1] >= budget] + ended
                 values = np.array([value_at(r, budget) for r in reached], np.float64)
                 rows.append(
@@ -341,7 +338,8 @@ def report(specs: list[str], args: argparse.Namespace) -> None:
         if stops := early_stops(spec, args):
             lines += [
                 "",
-                "Runs that ended before 30K labels (`*` in a cell: counted there with "
+                f"Runs that ended before {max(BUDGETS) // 1000}K labels (`*` in a cell: counted "
+                "there with "
                 "their last min regret, as they can pay no more): " + "; ".join(stops) + ".",
             ]
         png = plot(spec, args)

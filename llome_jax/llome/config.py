@@ -550,7 +550,6 @@ def check_prior_fits(
     made = priors.provenance(check_weights_dir(weights))
     if not made:
         return
-    name = weights
     if made.get("function") != configuration:
         shipped = priors.shipped_for(configuration)
         hint = (
@@ -560,18 +559,18 @@ def check_prior_fits(
             "and pass --weights DIR/weights"
         )
         raise ValueError(
-            f"--weights {name} was pretrained on {made.get('function')} instances, but this run "
+            f"--weights {weights} was pretrained on {made.get('function')} instances, but this run "
             f"optimizes an instance of {configuration}; {hint}"
         )
     if made.get("text_format", text_format) != text_format:
         raise ValueError(
-            f"--weights {name} was pretrained on the {made['text_format']!r} text format, but "
+            f"--weights {weights} was pretrained on the {made['text_format']!r} text format, but "
             f"this run writes {text_format!r}; --set text_format={made['text_format']}"
         )
     seeds = made.get("instance_seeds", {})
     if instance_seed is not None and seeds.get("first", 1) <= instance_seed <= seeds.get("last", 0):
         raise ValueError(
-            f"--weights {name} was pretrained on instance seeds {seeds['first']:,}-"
+            f"--weights {weights} was pretrained on instance seeds {seeds['first']:,}-"
             f"{seeds['last']:,}, which include this run's instance {instance_seed:,}; optimize an "
             "instance it did not see (pretraining uses seeds >= 1,000,000 only)"
         )
