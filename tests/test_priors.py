@@ -111,17 +111,55 @@ def test_a_prior_is_refused_on_an_instance_it_was_pretrained_on(capsys, tmp_path
 
 
 def test_the_error_names_the_shipped_prior_of_the_configuration(capsys, tmp_path) -> None:
+    """A prior given by the user is kept, and refused with the name of the one that fits."""
     from llome_jax.llome.config import validate_config
     from llome_jax.llome.presets import preset
 
     assert priors.shipped_for("Ehr(32,64)-4-4-4") == ["ehr32-64-4-4-4"]
     argv = ["--function", "Ehr(32,64)-4-4-4", "--instance-seed", "1"]
-    err = _llome_error(capsys, tmp_path / "run", *argv)
-    assert err.strip().endswith("use --weights prior:ehr32-64-4-4-4")
+    for given in (["--weights", "prior:ehr32-32-4-4-4"], ["--set", "weights=prior:ehr32-32-4-4-4"]):
+        err = _llome_error(capsys, tmp_path / "run", *argv, *given)
+        assert err.strip().endswith("use --weights prior:ehr32-64-4-4-4"), err
     weights = "prior:ehr32-64-4-4-4"
     validate_config(
         preset("cpu-pretrained", function="Ehr(32,64)-4-4-4", instance_seed=1, weights=weights)
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], "prior:ehr32-32-4-4-4"),
+        (["--function", "f2"], "prior:ehr32-32-4-4-4"),
+        (["--function", "Ehr(32,64)-4-4-4", "--instance-seed", "1"], "prior:ehr32-64-4-4-4"),
+        (["--function", "Ehr( 32, 64 )-4-4-4", "--instance-seed", "1"], "prior:ehr32-64-4-4-4"),
+        (
+            ["--set", "function=Ehr(32,64)-4-4-4", "--set", "instance_seed=1"],
+            "prior:ehr32-64-4-4-4",
+        ),
+    ],
+)
+def test_cpu_pretrained_starts_from_the_prior_of_the_functions_configuration(
+    capsys, tmp_path, argv: list[str], expected: str
+) -> None:
+    from llome_jax import cli
+
+    capsys.readouterr()
+    cmd = ["llome", "--preset", "cpu-pretrained", *argv, "--out", str(tmp_path), "--print-config"]
+    assert cli.main(cmd) == 0
+    assert json.loads(capsys.readouterr().out)["weights"] == expected
+
+
+def test_prior_for_function_of_the_library() -> None:
+    from llome_jax.llome.presets import preset, prior_for_function
+
+    assert prior_for_function("f2") == prior_for_function("Ehr(32,32)-4-4-4") == "ehr32-32-4-4-4"
+    assert prior_for_function("Ehr(32,64)-4-4-4") == "ehr32-64-4-4-4"
+    # no prior of f4's configuration: the default, which check_prior_fits then refuses
+    assert prior_for_function("f4") == prior_for_function("some/instance.json") == priors.DEFAULT
+    cfg = preset("cpu-pretrained", function="Ehr(32,64)-4-4-4", instance_seed=3)
+    assert cfg.weights == "prior:ehr32-64-4-4-4"
+    assert preset("cpu-pretrained").weights == "prior:ehr32-32-4-4-4"
 
 
 def test_a_prior_is_refused_in_another_text_format(capsys, tmp_path) -> None:

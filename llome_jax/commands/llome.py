@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         what="LLOME",
         presets=("smoke", "cpu", "cpu-pretrained", "paper"),
-        preset_help="small model, 2 cores; cpu-pretrained: from the shipped prior",
+        preset_help="small model, 2 cores; cpu-pretrained: from the shipped prior of the "
+        "function's configuration",
     )
     parser.add_argument(
         "--loss",
@@ -58,8 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--weights",
         default=None,
         help="GPT-NeoX (Pythia) checkpoint directory (paper preset), an llome-jax pretrain "
-        "weights/ directory, or prior:NAME for a shipped prior: prior:ehr32-32-4-4-4 (the "
-        "cpu-pretrained default) or prior:ehr32-64-4-4-4, each for its own configuration",
+        "weights/ directory, or prior:NAME for a shipped prior: prior:ehr32-32-4-4-4 or "
+        "prior:ehr32-64-4-4-4, each for its own configuration (cpu-pretrained takes the one of "
+        "--function's)",
     )
     parser.add_argument(
         "--num-selected", type=int, default=None, help="j, labels per round (preset value)"
@@ -98,7 +100,14 @@ def build_config(args: argparse.Namespace):  # -> LoopConfig
     if args.num_selected is not None:
         flags["num_selected"] = args.num_selected
     base = preset(name, schedule=schedule_for_loss("marge"))
-    return apply_settings(args, "llome", base, flags, upgrade=upgrade_saved_config)
+    cfg = apply_settings(args, "llome", base, flags, upgrade=upgrade_saved_config)
+    if name == "cpu-pretrained" and not args.resume:
+        # the preset's prior is the one of the run's configuration (a resumed run keeps its own);
+        # a --weights, --config or --set given still wins, as the layers above are re-applied
+        fitted = preset(name, schedule=schedule_for_loss("marge"), function=cfg.function)
+        if fitted.weights != base.weights:
+            cfg = apply_settings(args, "llome", fitted, flags, upgrade=upgrade_saved_config)
+    return cfg
 
 
 def run(args: argparse.Namespace) -> int:

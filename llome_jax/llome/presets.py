@@ -20,12 +20,13 @@ CLI passes ``function``, ``schedule``, ``rounds``, ``seed``, ``weights`` and its
   format ``[3 1 5]`` (same median over five paired runs on two training instances, in a third
   of the time); docs/experiments.md records how
   they were chosen (on training functions, never on f2).
-* ``cpu-pretrained``: ``cpu`` from the prior shipped with the package (``llome_jax.priors``:
+* ``cpu-pretrained``: ``cpu`` from a prior shipped with the package (``llome_jax.priors``:
   the ``tiny`` Pythia pretrained by ``llome-jax pretrain`` on PropEn pairs of GA data of other
-  instances of f2's configuration ``Ehr(32,32)-4-4-4``, instance seeds >= 1,000,000), with
+  instances of the run's configuration, instance seeds >= 1,000,000; f2's ``Ehr(32,32)-4-4-4``
+  unless the function's configuration has its own prior, :func:`prior_for_function`), with
   round 1 trained as the later rounds (lr 3e-3, 4 epochs) instead of from scratch. A run on
-  another configuration, in another text format or on an instance the prior saw is refused
-  (:func:`llome_jax.llome.config.check_prior_fits`).
+  a configuration no prior was made for, in another text format or on an instance the prior
+  saw is refused (:func:`llome_jax.llome.config.check_prior_fits`).
 * ``paper``: Pythia-2.8B from ``--weights DIR`` (its own tokenizer), the paper's
   hyper-parameters (appendix "LLM Training Details", bold values, and the algorithm captions):
   AdamW lr 1e-6 with batch 128 for SFT and 64 for MargE (lambda 10), RMSprop lr 1e-7 with batch
@@ -44,7 +45,7 @@ from typing import Any
 from llome_jax import priors
 from llome_jax.llome.config import LoopConfig
 
-__all__ = ["PRESETS", "check_weights_given", "preset"]
+__all__ = ["PRESETS", "check_weights_given", "preset", "prior_for_function"]
 
 _SMOKE: dict[str, Any] = {
     "function": "Ehr(8,8)-2-2-2",
@@ -157,7 +158,26 @@ def preset(name: str, **overrides: Any) -> LoopConfig:
     """
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
-    return LoopConfig().replace(**PRESETS[name]).replace(**overrides, preset=name)
+    settings = dict(PRESETS[name])
+    if name == "cpu-pretrained" and "function" in overrides:
+        settings["weights"] = priors.PREFIX + prior_for_function(overrides["function"])
+    return LoopConfig().replace(**settings).replace(**overrides, preset=name)
+
+
+def prior_for_function(function: str) -> str:
+    """The shipped prior that ``cpu-pretrained`` starts from on ``function`` (a paper name or an
+    ``Ehr(v,L)-c-k-q`` name): the one pretrained on its configuration, else :data:`priors.DEFAULT`
+    (which :func:`llome_jax.llome.config.check_prior_fits` then refuses for a configuration it was
+    not pretrained on, naming the ``pretrain`` command)."""
+    from llome_jax.ehrlich.config import EhrlichConfig
+    from llome_jax.ehrlich.instances import PAPER_FUNCTIONS
+
+    try:
+        configuration = EhrlichConfig.from_name(PAPER_FUNCTIONS.get(function, function)).name
+    except ValueError:  # an instance file or an invalid name: validate_config says what is wrong
+        return priors.DEFAULT
+    shipped = priors.shipped_for(configuration)
+    return shipped[0] if shipped else priors.DEFAULT
 
 
 def check_weights_given(config: LoopConfig) -> None:
