@@ -14,7 +14,9 @@ i.e. the data of round 1. Phases (seconds; compilation measured separately on th
 plus the extrapolated cost of a round-10 fit (history of ``10K/1K + 10 n`` sequences: steps per
 epoch grow with the unique feasible count) and of 10 rounds, and the FLOPs of one train step and
 one design step from XLA's cost analysis of the compiled programs (``compiled.cost_analysis()``),
-which give a compute-bound floor for an accelerator: ``--peak-tflops`` (default 67, an H100 SXM's
+set against the dense FP32 rate of one 2048^3 matmul on the same device
+(:func:`matmul_rate`: the share of the attainable rate each step uses), and which give a
+compute-bound floor for an accelerator: ``--peak-tflops`` (default 67, an H100 SXM's
 dense FP32 rate; the port trains in FP32) at ``--utilisation`` (default 0.25: batch-128 CNN steps
 are small kernels). Writes ``benchmarks/results/lambo2_round.json``.
 Usage: ``python benchmarks/lambo2_round.py [--preset cpu] [--epochs E] [--design-steps 32]``.
@@ -72,6 +74,26 @@ def _flops(lowered) -> float:
     cost = lowered.compile().cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
     return float(cost.get("flops", float("nan")))
+
+
+def matmul_rate(n: int = 2048, reps: int = 10) -> float:
+    """FLOP/s of one ``n x n @ n x n`` FP32 matmul on the default device (``2 n^3`` FLOPs, median
+    of ``reps`` calls after a warm-up): the dense rate this machine attains, against which the
+    train and design steps' FLOPs are set (on 2 Zen 4 cores ~2e11)."""
+    a = jnp.ones((n, n), jnp.float32)
+    product = jax.jit(jnp.matmul)
+    jax.block_until_ready(product(a, a))
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(product(a, a))
+        times.append(time.perf_counter() - t0)
+    return 2 * n**3 / statistics.median(times)
+
+
+def _rate_note(flops: float, seconds: float, peak: float) -> str:
+    """``"72 GFLOP/s, 35 % of the matmul rate"``."""
+    return f"{flops / seconds / 1e9:.0f} GFLOP/s, {100 * flops / seconds / peak:.0f} % of matmul"
 
 
 _TRIVIAL_OPS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
@@ -202,19 +224,24 @@ def compare_steps(args: argparse.Namespace, cfg: Any, mc: Any) -> dict[str, Any]
                     times[name].append(time.perf_counter() - t0)
                 state[1:] = [params, opt]
         base = statistics.median(next(iter(times.values())))
+        peak = matmul_rate()
         for name, ts in times.items():
             results[name].update(
                 step_ms_median=1e3 * statistics.median(ts),
                 step_ms_min=1e3 * min(ts),
                 step_ms_all=[1e3 * t for t in ts],
                 speedup_vs_first=base / statistics.median(ts),
+                flops_per_s=results[name]["flops"] / statistics.median(ts),
+                frac_of_matmul_rate=results[name]["flops"] / statistics.median(ts) / peak,
             )
+        print(f"dense FP32 matmul (2048^3) on this machine: {peak / 1e9:.0f} GFLOP/s")
     width = max(map(len, results))
     print(f"train step, {cfg.model_preset} CNN, batch {b}, {2 * ens + 1} leaves:")
     for name, row in results.items():
         timing = (
             f"  {row['step_ms_median']:8.1f} ms median ({row['step_ms_min']:.1f} min), "
-            f"x{row['speedup_vs_first']:.2f} vs {next(iter(results))}"
+            f"x{row['speedup_vs_first']:.2f} vs {next(iter(results))}, "
+            f"{100 * row['frac_of_matmul_rate']:.0f} % of matmul"
             if "step_ms_median" in row
             else ""
         )
@@ -240,6 +267,7 @@ def compare_steps(args: argparse.Namespace, cfg: Any, mc: Any) -> dict[str, Any]
         "batch_size": b,
         "warmup": args.warmup,
         "reps": 0 if args.no_timing else args.reps,
+        "matmul_flops_per_s": None if args.no_timing else peak,
         "variants": results,
     }
 
@@ -393,6 +421,11 @@ def main() -> None:
     )
     values, t_oracle = _timed(lambda: ehrlich.evaluate(fn, proposals))
     rows.append(("oracle", t_oracle, f"{cfg.num_samples} evaluations"))
+    peak = matmul_rate()
+    t_fit_step = t_fit / (steps * cfg.train.epochs)
+    rows.append(("dense FP32 matmul 2048^3", 2 * 2048**3 / peak, f"{peak / 1e9:.0f} GFLOP/s"))
+    rows.append(("train step inside fit", t_fit_step, _rate_note(train_flops, t_fit_step, peak)))
+    rows.append(("design step", t_design / s, _rate_note(design_flops, t_design / s, peak)))
 
     # a round-10 fit: unique feasible grows by ~n per round (frac_feasible ~ 0.5..1)
     steps10 = math.ceil(0.8 * (len(data.mlm_tokens) / 0.8 + 10 * cfg.num_samples) / 128)
@@ -451,6 +484,7 @@ def main() -> None:
         "frac_feasible": float(feasible.mean()),
         "train_step_flops": train_flops,
         "design_step_flops": design_flops,
+        "matmul_flops_per_s": peak,
         "accelerator": {"peak_tflops": args.peak_tflops, "utilisation": args.utilisation},
     }
     write_json(args.out, result)
