@@ -144,19 +144,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--csv", type=pathlib.Path, help="append one row per run to this CSV")
     args = parser.parse_args(argv)
-    rows = [
-        probe(run_dir, args.top, args.function, args.instance_seed, args.model)
-        for run_dir in args.run_dirs
-    ]
-    if args.csv is not None:
-        import csv
+    for run_dir in args.run_dirs:
+        row = probe(run_dir, args.top, args.function, args.instance_seed, args.model)
+        if args.csv is not None:  # each run's row as soon as it is known (a long probe may stop)
+            import csv
 
-        new_file = not args.csv.exists()
-        with open(args.csv, "a", newline="") as stream:
-            writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
-            if new_file:
-                writer.writeheader()
-            writer.writerows(rows)
+            new_file = not args.csv.exists()
+            with open(args.csv, "a", newline="") as stream:
+                writer = csv.DictWriter(stream, fieldnames=list(row))
+                if new_file:
+                    writer.writeheader()
+                writer.writerow(row)
     return 0
 
 

@@ -30,3 +30,25 @@ def test_the_configuration_comes_from_the_run(tmp_path: pathlib.Path) -> None:
     run.mkdir()
     (run / "config.json").write_text(json.dumps({**cfg.to_dict(), "optimizer": "llome"}))
     assert probe.run_config(run, "f2", 1) == cfg
+
+
+def test_each_runs_csv_row_is_written_before_the_next_run_is_probed(
+    tmp_path: pathlib.Path, monkeypatch
+) -> None:
+    """A long probe that stops (a timeout, a crash) keeps the rows of the runs it finished."""
+    import csv
+
+    import pytest
+
+    def fake_probe(run_dir, *args):
+        if run_dir.name == "b":
+            raise RuntimeError("stopped")
+        return {"run": str(run_dir), "p_improving_over_neutral": 0.25}
+
+    monkeypatch.setattr(probe, "probe", fake_probe)
+    out = tmp_path / "probe.csv"
+    with pytest.raises(RuntimeError, match="stopped"):
+        probe.main([str(tmp_path / "a"), str(tmp_path / "b"), "--csv", str(out)])
+    with open(out, newline="") as stream:
+        rows = list(csv.DictReader(stream))
+    assert rows == [{"run": str(tmp_path / "a"), "p_improving_over_neutral": "0.25"}]
