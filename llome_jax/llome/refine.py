@@ -429,7 +429,7 @@ def iterative_refinement(
         temperature=temp_col[keep_rows].astype(np.float32),
         seed_index=(traj_col[keep_rows] % n_s).astype(np.int32),
         feasible=feasible,
-        num_generated=int(len(seq)),  # the outputs decoded, counted (n_i rows per iteration)
+        num_generated=len(seq),  # the outputs decoded, counted (n_i rows per iteration)
         num_valid=int(v.size),
         mean_hamming=hamming,
     )
