@@ -229,10 +229,10 @@ def prior_provenance(prior: str) -> dict:
 
 def configuration(spec: str) -> str:
     """The Ehrlich configuration of a function spec: ``f2`` -> ``Ehr(32,32)-4-4-4``."""
-    from llome_jax.ehrlich import PAPER_FUNCTIONS, EhrlichConfig
+    from llome_jax.ehrlich import configuration_name
 
     name, _ = parse_function(spec)
-    return EhrlichConfig.from_name(PAPER_FUNCTIONS.get(name, name)).name
+    return configuration_name(name)
 
 
 def prior_for(spec: str, candidates: list[str]) -> str:

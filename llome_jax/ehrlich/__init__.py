@@ -29,6 +29,7 @@ from llome_jax.ehrlich.function import (
 )
 from llome_jax.ehrlich.instances import (
     PAPER_FUNCTIONS,
+    configuration_name,
     paper_function,
     paper_function_names,
     paper_initial_solution,
@@ -42,6 +43,7 @@ __all__ = [
     "EhrlichConfig",
     "banded_mask",
     "bucket_size",
+    "configuration_name",
     "default_chunk_size",
     "evaluate",
     "from_holo",

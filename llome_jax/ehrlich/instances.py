@@ -32,6 +32,7 @@ from llome_jax.ehrlich.function import (
 
 __all__ = [
     "PAPER_FUNCTIONS",
+    "configuration_name",
     "function_digest",
     "instance_digest",
     "paper_function",
@@ -76,6 +77,18 @@ def _records() -> dict[str, dict]:
 def paper_function_names() -> list[str]:
     """Names accepted by :func:`paper_function` (short names first)."""
     return list(PAPER_FUNCTIONS)
+
+
+def configuration_name(function: str) -> str:
+    """The Ehrlich configuration of a function name, without building an instance: a paper
+    short name maps to its configuration (``"f2"`` -> ``"Ehr(32,32)-4-4-4"``), an
+    ``Ehr(v,L)-c-k-q`` name is normalised (``"Ehr( 32, 64 )-4-4-4"`` -> ``"Ehr(32,64)-4-4-4"``).
+
+    Raises:
+      ValueError: neither (e.g. an instance ``.json`` file).
+    """
+    name = str(function).strip()
+    return EhrlichConfig.from_name(PAPER_FUNCTIONS.get(name, name)).name
 
 
 def _lookup(name: str) -> dict:

@@ -169,11 +169,10 @@ def prior_for_function(function: str) -> str:
     ``Ehr(v,L)-c-k-q`` name): the one pretrained on its configuration, else :data:`priors.DEFAULT`
     (which :func:`llome_jax.llome.config.check_prior_fits` then refuses for a configuration it was
     not pretrained on, naming the ``pretrain`` command)."""
-    from llome_jax.ehrlich.config import EhrlichConfig
-    from llome_jax.ehrlich.instances import PAPER_FUNCTIONS
+    from llome_jax.ehrlich.instances import configuration_name
 
     try:
-        configuration = EhrlichConfig.from_name(PAPER_FUNCTIONS.get(function, function)).name
+        configuration = configuration_name(function)
     except ValueError:  # an instance file or an invalid name: validate_config says what is wrong
         return priors.DEFAULT
     shipped = priors.shipped_for(configuration)

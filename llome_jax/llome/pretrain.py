@@ -155,8 +155,7 @@ class PretrainConfig:
     preset: str = "custom"
 
     def __post_init__(self) -> None:
-        from llome_jax.ehrlich.config import EhrlichConfig
-        from llome_jax.ehrlich.instances import PAPER_FUNCTIONS
+        from llome_jax.ehrlich.instances import configuration_name
         from llome_jax.losses import loss_spec
 
         name = str(self.function).strip()
@@ -165,8 +164,7 @@ class PretrainConfig:
                 f"function {name!r} is one instance; pretraining samples many instances of a "
                 "configuration: give its name, e.g. 'Ehr(32,32)-4-4-4'"
             )
-        name = PAPER_FUNCTIONS.get(name, name)
-        object.__setattr__(self, "function", EhrlichConfig.from_name(name).name)
+        object.__setattr__(self, "function", configuration_name(name))
         for field in ("num_instances", "ga_generations", "instances_per_call", "checkpoint_every"):
             _check_int(field, getattr(self, field), 1)
         _check_int("seed", self.seed, 0)
