@@ -159,7 +159,6 @@ def test_prior_for_function_of_the_library() -> None:
     assert prior_for_function("f4") == prior_for_function("some/instance.json") == priors.DEFAULT
     cfg = preset("cpu-pretrained", function="Ehr(32,64)-4-4-4", instance_seed=3)
     assert cfg.weights == "prior:ehr32-64-4-4-4"
-    assert preset("cpu-pretrained").weights == "prior:ehr32-32-4-4-4"
 
 
 def test_a_prior_is_refused_in_another_text_format(capsys, tmp_path) -> None:
