@@ -372,9 +372,10 @@ def _short_of_budget(path: pathlib.Path, scale: Scale) -> bool:
     ``pay_once`` does not pay for proposals it knows), so it may take more rounds."""
     from llome_jax.rundir import RunDirectory
 
-    records = RunDirectory(path).rounds()
-    if not records or records[-1].get("stop_reason"):
-        return False
+    run = RunDirectory(path)
+    records = run.rounds()
+    if not records or records[-1].get("stop_reason") or run.stopped() is not None:
+        return False  # a stop in a round, or after round 0 (``stopped.json``), is final
     paid = records[-1]["num_evaluations"] - records[0]["num_evaluations"]
     return paid < _budget_after_round0(scale) and records[-1]["round"] < (
         MAX_ROUNDS_FACTOR * scale.rounds

@@ -591,5 +591,32 @@ def test_a_run_short_of_its_label_budget_gets_more_rounds(
     assert asked == [3, 4, 5]
 
 
+def test_a_run_stopped_after_round_0_is_final(
+    paper, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LLOME stops after round 0 when the labels hold no training pair (every f = 0, as on
+    Ehr(32,32)-4-4-2): ``rounds.jsonl`` has round 0 only and ``stopped.json`` says why. The run
+    is short of its budget, but a rerun of the driver skips it instead of resuming it."""
+    scale = dataclasses.replace(paper.SCALES["smoke"], rounds=3)
+    (spec,) = paper.build_plan(scale, ["LLOME-MargE"], ["solver"])[:1]
+    calls: list[int] = []
+
+    def fake_run(spec, scale, llome_cfg, path, options):
+        from llome_jax.rundir import RunDirectory
+
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "config.json").write_text("{}")
+        (path / "rounds.jsonl").write_text(json.dumps({"round": 0, "num_evaluations": 500}) + "\n")
+        RunDirectory(path).log_stop(0, "the labelled set yields no training pairs")
+        calls.append(scale.rounds)
+        return type("Result", (), {"stop_reason": "the labelled set yields no training pairs"})()
+
+    monkeypatch.setattr(paper, "_run_kind", fake_run)
+    run_dir = tmp_path / "runs" / spec.name
+    assert paper.run_one(spec, scale, run_dir, progress=False) == "new"
+    assert paper.run_one(spec, scale, run_dir, progress=False) == "skipped"
+    assert calls == [3]
+
+
 def _rounds_of(path: pathlib.Path) -> list[dict]:
     return [json.loads(line) for line in (path / "rounds.jsonl").read_text().splitlines()]
