@@ -1002,7 +1002,12 @@ def figure_sft_marge(ctx: Context) -> tuple[str, list[Verdict]]:
         vd.sft_marge_best_calibration(first, rho),
         ctx.check(vd.sft_marge_intermediate_worst(summary, first, last), specs),
     ]
-    return _table(header, rows) + "\n\nCalibration curves: `sft_marge_calibration.png`.", verdicts
+    curves = "\n\nCalibration curves (`sft_marge_calibration.png`):"
+    if (ctx.out / "sft_marge_calibration.png").exists():
+        curves += (
+            "\n\n![likelihood vs regret per SFT_i-MargE_j pipeline](sft_marge_calibration.png)"
+        )
+    return _table(header, rows) + curves, verdicts
 
 
 def _regret_by_round(records: list[dict]) -> list[float]:
@@ -1468,6 +1473,12 @@ def _accounting_line(ctx: Context, specs: Collection[RunSpec]) -> str:
     ) + (" -- mixed: budget verdicts are not comparable" if len(counts) > 1 else "")
 
 
+def _embedded(out: pathlib.Path, key: str, title: str) -> list[str]:
+    """The figure's PNG as a markdown image (then a blank line), so a reader of ``report.md``
+    sees it; nothing when the figure wrote none."""
+    return [f"![{title}]({key}.png)", ""] if (out / f"{key}.png").exists() else []
+
+
 def write_report(
     out: pathlib.Path,
     scale_name: str,
@@ -1497,10 +1508,12 @@ def write_report(
     seeds = ", ".join(f"{f}: {len(s)}" for f, s in scale.seeds)
     sections, table, every = [], [], []
     for key in figures:
+        drawn = True
         try:
             body, found = FIGURE_FUNCTIONS[key](ctx)
         except Exception as error:  # a figure that cannot be drawn says why; the others go on
             body, found = f"Not available: {type(error).__name__}: {error}", []
+            drawn = False
         if scale_name == "smoke":
             found = [vd.at_smoke_scale(v) for v in found]
         every += found
@@ -1513,6 +1526,7 @@ def write_report(
             "",
             f"**Ours** (`{key}.png`, `{key}.csv`):",
             "",
+            *(_embedded(out, key, FIGURES[key]) if drawn else []),
             body,
             "",
             f"Label accounting of this figure's runs: {_accounting_line(ctx, specs)}.",

@@ -385,7 +385,7 @@ def _write_run(out: pathlib.Path, spec, rounds: int, accounting: str = "every_ev
 
 
 def test_report_from_hand_made_runs_has_one_verdict_per_claim(
-    paper, tmp_path: pathlib.Path
+    paper, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The cpu plan written by hand (rounds.jsonl, config.json, candidate logs): every figure is
     drawn, every sub-claim has its own line, and the six points of issue 34 hold: f2's claims
@@ -400,6 +400,10 @@ def test_report_from_hand_made_runs_has_one_verdict_per_claim(
     paper.write_report(out, "cpu", scale, plan, list(paper.FIGURES), 0.0)
     report = (out / "report.md").read_text()
     assert "Not available" not in report
+    # every figure's plot is embedded in its section, where a reader sees it
+    for key, title in paper.FIGURES.items():
+        assert f"![{title}]({key}.png)" in report
+    assert "](sft_marge_calibration.png)" in report
     verdicts = {}
     for line in report.splitlines():
         if line.startswith("- ") and ": **" in line:
@@ -478,6 +482,15 @@ def test_report_from_hand_made_runs_has_one_verdict_per_claim(
         "- f2: LLOME-MargE performs the best: **not comparable** (its runs count labels" in report
     )
     assert "mixed: budget verdicts are not comparable" in report
+
+    # a figure that cannot be drawn says why and embeds no plot left by an earlier report
+    def broken(ctx):
+        raise ValueError("no runs")
+
+    monkeypatch.setitem(paper.FIGURE_FUNCTIONS, "solver", broken)
+    paper.write_report(out, "cpu", scale, plan, ["solver"], 0.0)
+    report = (out / "report.md").read_text()
+    assert "Not available: ValueError: no runs" in report and "](solver.png)" not in report
 
 
 def _job_argv(paper, line: str) -> list[str]:
