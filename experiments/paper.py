@@ -374,8 +374,8 @@ def _short_of_budget(path: pathlib.Path, scale: Scale) -> bool:
 
     run = RunDirectory(path)
     records = run.rounds()
-    if not records or records[-1].get("stop_reason") or run.stopped() is not None:
-        return False  # a stop in a round, or after round 0 (``stopped.json``), is final
+    if not records or run.stop_reason():
+        return False
     paid = records[-1]["num_evaluations"] - records[0]["num_evaluations"]
     return paid < _budget_after_round0(scale) and records[-1]["round"] < (
         MAX_ROUNDS_FACTOR * scale.rounds
@@ -1002,11 +1002,10 @@ def figure_sft_marge(ctx: Context) -> tuple[str, list[Verdict]]:
         vd.sft_marge_best_calibration(first, rho),
         ctx.check(vd.sft_marge_intermediate_worst(summary, first, last), specs),
     ]
-    curves = "\n\nCalibration curves (`sft_marge_calibration.png`):"
-    if (ctx.out / "sft_marge_calibration.png").exists():
-        curves += (
-            "\n\n![likelihood vs regret per SFT_i-MargE_j pipeline](sft_marge_calibration.png)"
-        )
+    curves = (
+        "\n\nCalibration curves (`sft_marge_calibration.png`):\n\n"
+        "![likelihood vs regret per SFT_i-MargE_j pipeline](sft_marge_calibration.png)"
+    )
     return _table(header, rows) + curves, verdicts
 
 

@@ -463,6 +463,15 @@ class RunDirectory:
         path = self.stopped_path
         return json.loads(path.read_text()) if path.exists() else None
 
+    def stop_reason(self) -> str:
+        """Why the run ended early, wherever it was recorded (the last round's ``stop_reason`` or
+        ``stopped.json``); ``""`` when it did not."""
+        stop = self.stopped()
+        if stop is not None:
+            return str(stop["stop_reason"])
+        records = self.rounds()
+        return str(records[-1].get("stop_reason") or "") if records else ""
+
     def rollback(self, to_round: int) -> None:
         """Drop every record of rounds ``> to_round`` (used when resuming from a checkpoint), and
         a ``stopped.json`` of a later round."""

@@ -150,6 +150,20 @@ def test_a_stop_before_a_round_is_recorded_and_rolled_back_with_later_rounds(tmp
     assert run.stopped() is None and not (tmp_path / "stopped.json").exists()
 
 
+def test_stop_reason_reads_a_stop_wherever_it_was_recorded(tmp_path):
+    """A stop decided in a round is its record's ``stop_reason``; one before a round could run
+    is ``stopped.json``; a run that did neither has none."""
+    run = rundir.RunDirectory.create(tmp_path, {"optimizer": "x"})
+    assert run.stop_reason() == ""
+    lines = [{"round": 0, "stop_reason": ""}, {"round": 1, "stop_reason": "the optimum"}]
+    run.rounds_path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert run.stop_reason() == "the optimum"
+    run.rounds_path.write_text(json.dumps(lines[0]) + "\n")
+    assert run.stop_reason() == ""
+    run.log_stop(0, "no training pairs")
+    assert run.stop_reason() == "no training pairs"
+
+
 def test_regret_curve_uses_the_rounds_own_accounting(tmp_path):
     """GA seed data: 10,000 oracle calls but only its distinct sequences in evaluated.csv."""
     run = rundir.RunDirectory.create(tmp_path, {"optimizer": "x"})
