@@ -16,6 +16,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+# A test whose xdist worker segfaulted runs once more (jaxlib's compiler crashes now and then; an
+# assertion is never retried): tests/crash_retry.py.
+pytest_plugins = ["crash_retry"]
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
 FIXTURES = SHARED / "fixtures"
