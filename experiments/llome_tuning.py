@@ -228,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from llome_jax.llome import loop
     from llome_jax.llome.presets import preset
+    from llome_jax.rundir import RunDirectory
 
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     extra = _parse_set(args.set)
@@ -268,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         overrides_path.write_text(overrides_text)
         run_dir = variant_dir / f"inst{instance}_seed{seed}"
         done = _records(run_dir)
-        if done and (done[-1]["round"] >= args.rounds or done[-1].get("stop_reason")):
-            continue
+        if done and (done[-1]["round"] >= args.rounds or RunDirectory(run_dir).stop_reason()):
+            continue  # finished, or stopped early (in a round's record or stopped.json)
         resume = (run_dir / "config.json").exists()
         print(f"== {name} instance {instance} seed {seed} -> {run_dir}", flush=True)
         loop.run(
