@@ -45,7 +45,7 @@ import numpy as np
 from llome_jax import configs, ga
 from llome_jax.objective import Objective, ehrlich_objective, objective_config
 from llome_jax.oracle import Oracle, check_contract_settings
-from llome_jax.runner import RoundResult, RunResult, progress_text
+from llome_jax.runner import RoundResult, RunResult, optimum_stop_reason, progress_text
 from llome_jax.runner import run as run_rounds
 
 __all__ = ["MAX_GENERATIONS_PER_ROUND", "GARoundState", "GARunConfig", "GeneticAlgorithm", "run"]
@@ -270,10 +270,8 @@ class GeneticAlgorithm:
         return int(state.round)
 
     def stop_reason(self, state: GARoundState) -> str:
-        optimum = self.objective.optimal_value
-        if optimum is not None and float(state.ga_state.best_value) >= optimum:
-            return f"the optimum (f = {optimum:g}) was found"
-        return state.stop
+        best = float(state.ga_state.best_value)
+        return optimum_stop_reason(best, self.objective.optimal_value) or state.stop
 
     def save(self, manager: Any, state: GARoundState) -> None:
         r = self.round_index(state)

@@ -9,6 +9,8 @@ spirit of evosax's ``init``/``ask``/``tell`` but per round of labels:
   when the optimizer stopped before labelling anything (the returned state says why);
 * ``save(manager, state)`` / ``restore(manager) -> state | None``: its checkpoint;
 * ``round_index(state)``, ``stop_reason(state)`` ("" to go on), the log lines and the plot.
+  Every optimizer stops once a label reaches the objective's optimum ``f*``
+  (:func:`optimum_stop_reason`: nothing is left to find, and no more labels are paid).
 
 :func:`run` owns everything else, identically for all of them: the run directory
 (``config.json``, ``rounds.jsonl``, ``evaluated.csv``, ``regret.png``, ``checkpoints/``), resume
@@ -33,7 +35,15 @@ from typing import Any, Generic, Protocol, TypeVar
 import jax
 import numpy as np
 
-__all__ = ["RoundOptimizer", "RoundResult", "RunResult", "progress_bar", "progress_text", "run"]
+__all__ = [
+    "RoundOptimizer",
+    "RoundResult",
+    "RunResult",
+    "optimum_stop_reason",
+    "progress_bar",
+    "progress_text",
+    "run",
+]
 
 State = TypeVar("State")
 
@@ -111,6 +121,14 @@ class RunResult(Generic[State]):
     records: list[dict[str, Any]]
     stop_reason: str
     path: pathlib.Path
+
+
+def optimum_stop_reason(best_value: float, optimal_value: float | None) -> str:
+    """The stop reason once the best label reaches the optimum, ``best_value >= f*``:
+    ``"the optimum (f = f*) was found"``; ``""`` otherwise or when ``f*`` is unknown (``None``)."""
+    if optimal_value is not None and float(best_value) >= optimal_value:
+        return f"the optimum (f = {optimal_value:g}) was found"
+    return ""
 
 
 def progress_text(record: Mapping[str, Any]) -> str:

@@ -278,7 +278,7 @@ def test_fused_option_config_and_an_end_to_end_round(tmp_path, monkeypatch):
     # config.json: the default is left out (run directories from before the option resume)
     assert "fused" not in optimizer.preset("smoke").to_dict()["train"]
     cfg = optimizer.preset(
-        "smoke", function="Ehr(4,8)-1-2-2", instance_seed=0, rounds=1, train={"fused": True}
+        "smoke", function="Ehr(4,8)-2-4-4", instance_seed=0, rounds=1, train={"fused": True}
     )
     assert cfg.to_dict()["train"]["fused"] is True
     assert configs.from_dict(optimizer.Lambo2Config, cfg.to_dict()) == cfg

@@ -365,6 +365,15 @@ def test_lambo2_two_rounds_on_a_numpy_objective(tmp_path: pathlib.Path) -> None:
     # 16 proposals a round; a proposal labelled before (or the start sequence) is not paid
     assert [r["num_proposals"] for r in records] == [64, 16, 16]
     assert 0 < np.sum(rounds == 1) <= 16 and 0 < np.sum(rounds == 2) <= 16
+    assert result.stop_reason == ""
+
+    # Started at the optimum [3] * 8, round 0's labels hold f* = 8: LaMBO-2 stops after round 0,
+    # as the GA and LLOME do, and pays nothing more.
+    top = lambo2.run(
+        cfg, tmp_path / "top", objective=onemax(initial_solution=[3] * 8), progress=False
+    )
+    assert [r["min_regret"] for r in rundir.RunDirectory(top.path).rounds()] == [0.0]
+    assert top.stop_reason == "the optimum (f = 8) was found"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from llome_jax.lambo2 import model as lambo_model
 from llome_jax.lambo2 import train as lambo_train
 from llome_jax.objective import Objective, as_objective, ehrlich_objective, objective_config
 from llome_jax.oracle import Oracle, check_contract_settings
-from llome_jax.runner import RoundResult, RunResult, progress_text
+from llome_jax.runner import RoundResult, RunResult, optimum_stop_reason, progress_text
 from llome_jax.runner import run as run_rounds
 
 __all__ = [
@@ -465,7 +465,8 @@ class Lambo2:
         return state.round
 
     def stop_reason(self, state: Lambo2State) -> str:
-        return ""
+        """Once a label reaches ``f*`` (as the GA and LLOME stop): nothing is left to find."""
+        return optimum_stop_reason(np.max(state.history.y), self.objective.optimal_value)
 
     def save(self, manager: Any, state: Lambo2State) -> None:
         manager.save(

@@ -19,6 +19,7 @@ import numpy as np
 from llome_jax.llome.config import LoopConfig
 from llome_jax.llome.finetune import optimizer_config
 from llome_jax.llome.runtime import Runtime, initial_params, named_key
+from llome_jax.runner import optimum_stop_reason
 
 __all__ = [
     "STOP_REASONS",
@@ -43,7 +44,7 @@ STOP_REASONS: dict[int, str] = {
 def stop_message(code: int, optimal_value: float | None = 1.0) -> str:
     """``STOP_REASONS[code]``, with the objective's optimum ``f*`` in code 1's message."""
     if code == 1 and optimal_value is not None:
-        return f"the optimum (f = {optimal_value:g}) was found"
+        return optimum_stop_reason(optimal_value, optimal_value)
     return STOP_REASONS.get(int(code), "")
 
 
