@@ -464,8 +464,10 @@ class RunDirectory:
         return json.loads(path.read_text()) if path.exists() else None
 
     def stop_reason(self) -> str:
-        """Why the run ended early, wherever it was recorded (the last round's ``stop_reason`` or
-        ``stopped.json``); ``""`` when it did not."""
+        """Why the run ended early, as this directory records it: the last round's
+        ``stop_reason`` (LLOME's rounds carry one) or ``stopped.json`` (a stop before a round
+        could run); ``""`` otherwise. The GA's and LaMBO-2's stop at the optimum is derived from
+        their state on resume and is not written here."""
         stop = self.stopped()
         if stop is not None:
             return str(stop["stop_reason"])
