@@ -465,9 +465,8 @@ class RunDirectory:
 
     def stop_reason(self) -> str:
         """Why the run ended early, as this directory records it: the last round's
-        ``stop_reason`` (LLOME's rounds carry one) or ``stopped.json`` (a stop before a round
-        could run); ``""`` otherwise. The GA's and LaMBO-2's stop at the optimum is derived from
-        their state on resume and is not written here."""
+        ``stop_reason`` (the round driver writes one into every record, e.g. the optimum found)
+        or ``stopped.json`` (a stop before a round could run); ``""`` otherwise."""
         stop = self.stopped()
         if stop is not None:
             return str(stop["stop_reason"])

@@ -15,7 +15,8 @@ spirit of evosax's ``init``/``ask``/``tell`` but per round of labels:
 :func:`run` owns everything else, identically for all of them: the run directory
 (``config.json``, ``rounds.jsonl``, ``evaluated.csv``, ``regret.png``, ``checkpoints/``), resume
 with rollback, one checkpoint per round, the per-round ``seconds``, progress lines, the plot and
-the stop conditions, and the run's provenance in ``config.json`` (``llome_jax.provenance``, one
+the stop conditions (each round record's ``stop_reason``: why the run ends after it, ``""``
+to go on), and the run's provenance in ``config.json`` (``llome_jax.provenance``, one
 entry per invocation), and the metrics trackers (``llome_jax.tracking``: TensorBoard, W&B), which
 get every record this call writes and are finished however the call ends. Order per round:
 compute, append the labelled sequences and the round record (then the trackers get it), then
@@ -255,7 +256,7 @@ def _run_rounds(
             queries = _queries(oracle)
             state, result = optimizer.init(jax.random.key(optimizer.seed))
             run_dir.log_evaluated(0, result.sequences, result.values)
-            record = _account(result.record, oracle, queries)
+            record = _stopped(_account(result.record, oracle, queries), optimizer, state)
             log_round({**record, "seconds": time.perf_counter() - t0})
             optimizer.save(manager, state)
             if progress:
@@ -279,7 +280,8 @@ def _run_rounds(
                 break
             seconds = time.perf_counter() - t0
             run_dir.log_evaluated(optimizer.round_index(state), result.sequences, result.values)
-            log_round({**_account(result.record, oracle, queries), "seconds": seconds})
+            record = _stopped(_account(result.record, oracle, queries), optimizer, state)
+            log_round({**record, "seconds": seconds})
             optimizer.plot(run_dir)
             optimizer.save(manager, state)
             done_here += 1
@@ -309,6 +311,15 @@ def _account(record: Mapping[str, Any], oracle: Any, queries_before: int) -> dic
         "num_constraint_queries": total - queries_before,
         "cum_constraint_queries": total,
     }
+
+
+def _stopped(record: dict[str, Any], optimizer: Any, state: Any) -> dict[str, Any]:
+    """``record`` with ``stop_reason``: the optimizer's own (LLOME's rounds set it) or
+    ``optimizer.stop_reason(state)`` after the round (``""`` to go on), so that every optimizer's
+    run directory says why it ended (``RunDirectory.stop_reason``)."""
+    if "stop_reason" in record:
+        return record
+    return {**record, "stop_reason": optimizer.stop_reason(state)}
 
 
 def _finisher(tracker: Any) -> Callable[..., bool]:

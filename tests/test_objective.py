@@ -289,6 +289,8 @@ def test_ga_two_rounds_on_a_numpy_objective(tmp_path: pathlib.Path) -> None:
     )
     assert [r["min_regret"] for r in rundir.RunDirectory(top.path).rounds()] == [0.0]
     assert top.stop_reason == "the optimum (f = 8) was found"
+    # ... and its run directory says so (its round record), as LLOME's does
+    assert rundir.RunDirectory(top.path).stop_reason() == "the optimum (f = 8) was found"
 
 
 # the smoke preset (2 GA generations of 200, j = 32) with a 2-layer model
@@ -365,7 +367,7 @@ def test_lambo2_two_rounds_on_a_numpy_objective(tmp_path: pathlib.Path) -> None:
     # 16 proposals a round; a proposal labelled before (or the start sequence) is not paid
     assert [r["num_proposals"] for r in records] == [64, 16, 16]
     assert 0 < np.sum(rounds == 1) <= 16 and 0 < np.sum(rounds == 2) <= 16
-    assert result.stop_reason == ""
+    assert result.stop_reason == "" and [r["stop_reason"] for r in records] == ["", "", ""]
 
     # Started at the optimum [3] * 8, round 0's labels hold f* = 8: LaMBO-2 stops after round 0,
     # as the GA and LLOME do, and pays nothing more.
@@ -374,6 +376,8 @@ def test_lambo2_two_rounds_on_a_numpy_objective(tmp_path: pathlib.Path) -> None:
     )
     assert [r["min_regret"] for r in rundir.RunDirectory(top.path).rounds()] == [0.0]
     assert top.stop_reason == "the optimum (f = 8) was found"
+    # ... and its run directory says so (its round record), as LLOME's does
+    assert rundir.RunDirectory(top.path).stop_reason() == "the optimum (f = 8) was found"
 
 
 # ---------------------------------------------------------------------------------------------
