@@ -1472,6 +1472,38 @@ def _accounting_line(ctx: Context, specs: Collection[RunSpec]) -> str:
     ) + (" -- mixed: budget verdicts are not comparable" if len(counts) > 1 else "")
 
 
+def _contract_line(audits: dict[RunSpec, Any]) -> str:
+    """The information contract, checked on the finished runs' ``evaluated.csv``
+    (``RunDirectory.label_audit``): how many pay each label once, which do not, and the constraint
+    queries on unlabelled sequences they report."""
+    checked = {spec: audit for spec, audit in audits.items() if audit is not None}
+    if not checked:
+        return "no finished run has an `evaluated.csv`"
+    failing = sorted(spec.name for spec, audit in checked.items() if not audit.pays_once)
+    queries = [a.constraint_queries for a in checked.values() if a.constraint_queries is not None]
+    text = (
+        f"{len(checked) - len(failing)} of {len(checked)} finished runs pay each label once (no "
+        "sequence twice in `evaluated.csv`, `num_evaluations` = its rows)"
+        + (f"; not: {', '.join(failing)}" if failing else "")
+        + (
+            f"; constraint queries on unlabelled sequences: {sum(queries):,} in "
+            f"{len(queries)} run{'s' if len(queries) != 1 else ''} that count them"
+            if queries
+            else "; constraint queries not counted (runs recorded before they were)"
+        )
+    )
+    unread = len(audits) - len(checked)
+    return text + (f"; {unread} without `evaluated.csv`" if unread else "")
+
+
+def _audit_cells(audit: Any) -> list[str]:
+    """The Runs table's ``labels (distinct)`` and ``constraint queries`` cells of one run."""
+    if audit is None:
+        return ["", ""]
+    queries = "" if audit.constraint_queries is None else f"{audit.constraint_queries:,}"
+    return [f"{audit.labels:,} ({audit.distinct:,})", queries]
+
+
 def _embedded(out: pathlib.Path, key: str, title: str) -> list[str]:
     """The figure's PNG as a markdown image (then a blank line), so a reader of ``report.md``
     sees it; nothing when the figure wrote none."""
@@ -1486,7 +1518,9 @@ def write_report(
     figures: Sequence[str],
     plan_seconds: float,
 ) -> None:
-    runs, stop_reasons, accountings = {}, {}, {}
+    from llome_jax.rundir import RunDirectory
+
+    runs, stop_reasons, accountings, audits = {}, {}, {}, {}
     status = []
     for spec in plan:
         path = out / "runs" / spec.name
@@ -1499,6 +1533,7 @@ def write_report(
             runs[spec] = records
             stop_reasons[spec] = why or ""
             accountings[spec] = _accounting(path)
+            audits[spec] = RunDirectory(path).label_audit()
         state = "finished" if done else ("partial" if records else "not run")
         status.append(
             [spec.name, spec.method, len(records) - 1 if records else 0, state, why or ""]
@@ -1548,6 +1583,8 @@ def write_report(
         "",
         f"Label accounting of the finished runs: {_accounting_line(ctx, ctx.runs)}.",
         "",
+        f"Information contract: {_contract_line(audits)}.",
+        "",
         "The models are small and from scratch (LLOME: a ~0.2M-parameter Pythia, LaMBO-2: the "
         "`cpu` CNN), not the paper's Pythia-2.8B and 314K LaMBO-2; "
         + (
@@ -1588,8 +1625,20 @@ def write_report(
         "## Runs",
         "",
         _table(
-            ["run", "method", "rounds", "state", "accounting", "stop reason"],
-            [[*row[:4], accountings.get(spec, ""), row[4]] for spec, row in zip(plan, status)],
+            [
+                "run",
+                "method",
+                "rounds",
+                "state",
+                "accounting",
+                "labels (distinct)",
+                "constraint queries",
+                "stop reason",
+            ],
+            [
+                [*row[:4], accountings.get(spec, ""), *_audit_cells(audits.get(spec)), row[4]]
+                for spec, row in zip(plan, status)
+            ],
         ),
         "",
     ]

@@ -46,6 +46,7 @@ from llome_jax.metrics import frac_unique, mean_hamming_to_nearest, regret, roun
 
 __all__ = [
     "ROUND_FIELDS",
+    "LabelAudit",
     "NothingToDoError",
     "RunDirectory",
     "atomic_write_text",
@@ -159,6 +160,31 @@ def _json_float(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
     return value
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelAudit:
+    """What a run directory says its optimizer paid for (the information contract, BUILD.md §3.5).
+
+    Attributes:
+      labels: rows of ``evaluated.csv`` (every label the run recorded, round 0 included).
+      distinct: distinct sequences among them.
+      num_evaluations: the last round record's ``num_evaluations`` (labels paid); ``None``
+        without a record.
+      constraint_queries: the last record's ``cum_constraint_queries`` (``is_feasible`` asked of
+        unlabelled sequences); ``None`` for a run recorded before it was counted.
+    """
+
+    labels: int
+    distinct: int
+    num_evaluations: int | None
+    constraint_queries: int | None
+
+    @property
+    def pays_once(self) -> bool:
+        """Each label paid once: ``labels == distinct == num_evaluations`` (no sequence recorded
+        twice, and every paid label recorded)."""
+        return self.labels == self.distinct == self.num_evaluations
 
 
 class RunDirectoryInUseError(RuntimeError):
@@ -507,6 +533,27 @@ class RunDirectory:
         sequences = np.asarray([sequence_from_string(r[1]) for r in rows], np.int64)
         values = np.asarray([float(r[2]) for r in rows], np.float64)
         return rounds, sequences, values
+
+    def label_audit(self) -> LabelAudit | None:
+        """The run's :class:`LabelAudit` (from ``evaluated.csv`` and the last ``rounds.jsonl``
+        record); ``None`` when it has no ``evaluated.csv``. Sequences are compared as written."""
+        if not self.evaluated_path.exists():
+            return None
+        with open(self.evaluated_path, newline="") as stream:
+            sequences = [row[1] for row in list(csv.reader(stream))[1:]]
+        records = self.rounds()
+        last = records[-1] if records else {}
+
+        def count(key: str) -> int | None:
+            value = last.get(key)
+            return None if value is None else int(value)
+
+        return LabelAudit(
+            labels=len(sequences),
+            distinct=len(set(sequences)),
+            num_evaluations=count("num_evaluations"),
+            constraint_queries=count("cum_constraint_queries"),
+        )
 
     # ------------------------------------------------------------------ plots
     def regret_curve(self, metric: str = "min_regret") -> tuple[np.ndarray, np.ndarray]:

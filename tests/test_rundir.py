@@ -210,3 +210,27 @@ def test_plot_regret_curves_with_ragged_seeds(tmp_path):
     }
     path = rundir.plot_regret_curves(curves, tmp_path / "p.png", title="t")
     assert path.stat().st_size > 1000
+
+
+def test_label_audit_counts_what_the_run_directory_paid(tmp_path):
+    """Rows, distinct sequences, the last record's paid labels and constraint queries; a run
+    pays each label once only when all three counts agree."""
+    run = rundir.RunDirectory.create(tmp_path, {"optimizer": "x"})
+    assert run.label_audit() is None  # nothing labelled yet
+    run.log_evaluated(0, [[0, 1], [1, 0], [2, 2]], [0.1, 0.2, 0.3])
+    run.log_round({"round": 0, "num_evaluations": 3, "cum_constraint_queries": 0})
+    once = run.label_audit()
+    assert once == rundir.LabelAudit(labels=3, distinct=3, num_evaluations=3, constraint_queries=0)
+    assert once.pays_once
+    # round 1 labels [1, 0] again (paid twice) and one new sequence; 4 constraint queries
+    run.log_evaluated(1, [[1, 0], [3, 3]], [0.2, 0.4])
+    run.log_round({"round": 1, "num_evaluations": 5, "cum_constraint_queries": 4})
+    twice = run.label_audit()
+    assert (twice.labels, twice.distinct, twice.constraint_queries) == (5, 4, 4)
+    assert not twice.pays_once
+    # distinct rows, but the record claims more paid labels than were recorded
+    other = rundir.RunDirectory.create(tmp_path / "other", {"optimizer": "x"})
+    other.log_evaluated(0, [[0, 1]], [0.1])
+    other.log_round({"round": 0, "num_evaluations": 10_000})
+    assert other.label_audit().constraint_queries is None
+    assert not other.label_audit().pays_once
