@@ -1472,30 +1472,6 @@ def _accounting_line(ctx: Context, specs: Collection[RunSpec]) -> str:
     ) + (" -- mixed: budget verdicts are not comparable" if len(counts) > 1 else "")
 
 
-def _contract_line(audits: dict[RunSpec, Any]) -> str:
-    """The information contract, checked on the finished runs' ``evaluated.csv``
-    (``RunDirectory.label_audit``): how many pay each label once, which do not, and the constraint
-    queries on unlabelled sequences they report."""
-    checked = {spec: audit for spec, audit in audits.items() if audit is not None}
-    if not checked:
-        return "no finished run has an `evaluated.csv`"
-    failing = sorted(spec.name for spec, audit in checked.items() if not audit.pays_once)
-    queries = [a.constraint_queries for a in checked.values() if a.constraint_queries is not None]
-    text = (
-        f"{len(checked) - len(failing)} of {len(checked)} finished runs pay each label once (no "
-        "sequence twice in `evaluated.csv`, `num_evaluations` = its rows)"
-        + (f"; not: {', '.join(failing)}" if failing else "")
-        + (
-            f"; constraint queries on unlabelled sequences: {sum(queries):,} in "
-            f"{len(queries)} run{'s' if len(queries) != 1 else ''} that count them"
-            if queries
-            else "; constraint queries not counted (runs recorded before they were)"
-        )
-    )
-    unread = len(audits) - len(checked)
-    return text + (f"; {unread} without `evaluated.csv`" if unread else "")
-
-
 def _audit_cells(audit: Any) -> list[str]:
     """The Runs table's ``labels (distinct)`` and ``constraint queries`` cells of one run."""
     if audit is None:
@@ -1518,7 +1494,7 @@ def write_report(
     figures: Sequence[str],
     plan_seconds: float,
 ) -> None:
-    from llome_jax.rundir import RunDirectory
+    from llome_jax.rundir import RunDirectory, label_audit_summary
 
     runs, stop_reasons, accountings, audits = {}, {}, {}, {}
     status = []
@@ -1533,7 +1509,7 @@ def write_report(
             runs[spec] = records
             stop_reasons[spec] = why or ""
             accountings[spec] = _accounting(path)
-            audits[spec] = RunDirectory(path).label_audit()
+            audits[spec.name] = RunDirectory(path).label_audit()
         state = "finished" if done else ("partial" if records else "not run")
         status.append(
             [spec.name, spec.method, len(records) - 1 if records else 0, state, why or ""]
@@ -1583,7 +1559,7 @@ def write_report(
         "",
         f"Label accounting of the finished runs: {_accounting_line(ctx, ctx.runs)}.",
         "",
-        f"Information contract: {_contract_line(audits)}.",
+        f"Information contract (finished runs): {label_audit_summary(audits)}.",
         "",
         "The models are small and from scratch (LLOME: a ~0.2M-parameter Pythia, LaMBO-2: the "
         "`cpu` CNN), not the paper's Pythia-2.8B and 314K LaMBO-2; "
@@ -1636,7 +1612,7 @@ def write_report(
                 "stop reason",
             ],
             [
-                [*row[:4], accountings.get(spec, ""), *_audit_cells(audits.get(spec)), row[4]]
+                [*row[:4], accountings.get(spec, ""), *_audit_cells(audits.get(spec.name)), row[4]]
                 for spec, row in zip(plan, status)
             ],
         ),

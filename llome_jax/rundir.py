@@ -52,6 +52,7 @@ __all__ = [
     "atomic_write_text",
     "draw_regret_curves",
     "frac_unique",
+    "label_audit_summary",
     "mean_hamming_to_nearest",
     "plot_options",
     "plot_regret_curves",
@@ -185,6 +186,34 @@ class LabelAudit:
         """Each label paid once: ``labels == distinct == num_evaluations`` (no sequence recorded
         twice, and every paid label recorded)."""
         return self.labels == self.distinct == self.num_evaluations
+
+
+def label_audit_summary(audits: Mapping[str, LabelAudit | None]) -> str:
+    """One sentence on runs' :class:`LabelAudit` (keyed by run name; ``None``: no
+    ``evaluated.csv``): how many pay each label once, which do not, and the constraint queries on
+    unlabelled sequences they report."""
+    checked = {name: audit for name, audit in audits.items() if audit is not None}
+    if not checked:
+        return "no run has an `evaluated.csv`"
+    failing = sorted(name for name, audit in checked.items() if not audit.pays_once)
+    queries = [a.constraint_queries for a in checked.values() if a.constraint_queries is not None]
+    text = (
+        f"{len(checked) - len(failing)} of {len(checked)} runs pay each label once (no sequence "
+        "twice in `evaluated.csv`, `num_evaluations` = its rows)"
+        + (f"; not: {', '.join(failing)}" if failing else "")
+        + (
+            f"; constraint queries on unlabelled sequences: {sum(queries):,} in "
+            + (
+                f"{len(queries)} runs that count them"
+                if len(queries) > 1
+                else "the run that counts them"
+            )
+            if queries
+            else "; constraint queries not counted (runs recorded before they were)"
+        )
+    )
+    unread = len(audits) - len(checked)
+    return text + (f"; {unread} without `evaluated.csv`" if unread else "")
 
 
 class RunDirectoryInUseError(RuntimeError):

@@ -119,6 +119,7 @@ def test_cli_writes_the_table_plot_and_csvs(runs: pathlib.Path, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     assert "| LLOME-MargE | 15000 | 3 of 3 | 0.5000 | 0.2000 | 0.7000 | 2 |" in printed
+    assert "information contract: no run has an `evaluated.csv`" in printed
     with open(out / "summary.csv", newline="") as stream:
         rows = list(csv.DictReader(stream))
     assert [(r["method"], float(r["median"])) for r in rows] == [("LLOME-MargE", 0.5), ("GA", 0.97)]
@@ -207,3 +208,31 @@ def test_runs_counting_labels_differently_are_not_compared(runs: pathlib.Path, t
     paper = {"optimizer": "ga", "accounting": "every_evaluation"}
     _run_dir(tmp_path, "paper", paper, [(10000, 0.96)])  # the old default, stated
     assert len(compare.load_runs([str(runs / "ga_s0"), str(tmp_path / "paper")])) == 2
+
+
+def test_cli_says_which_runs_paid_a_label_twice(runs: pathlib.Path, capsys):
+    """The GA's run has 3 rows for 2 distinct sequences (and claims 16,000 paid): it does not
+    pay each label once; a LLOME run whose rows match its last num_evaluations does."""
+    ga, marge = runs / "ga_s0", runs / "marge_s0"
+    (ga / "evaluated.csv").write_text('round,sequence,value\n0,"1,2",0.5\n1,"1,2",0.5\n1,"2,1",0\n')
+    rows = "".join(f'0,"{i},0",0.5\n' for i in range(14000))
+    (marge / "evaluated.csv").write_text("round,sequence,value\n" + rows)
+    with open(marge / "rounds.jsonl", "a") as stream:  # the last record counts the queries
+        stream.write(
+            json.dumps(
+                {
+                    "round": 3,
+                    "num_evaluations": 14000,
+                    "min_regret": 0.5,
+                    "cum_constraint_queries": 7,
+                }
+            )
+            + "\n"
+        )
+    assert main(["compare", str(marge), f"GA={ga}"]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "information contract: 1 of 2 runs pay each label once (no sequence twice in "
+        f"`evaluated.csv`, `num_evaluations` = its rows); not: {ga}; constraint queries on "
+        "unlabelled sequences: 7 in the run that counts them" in printed
+    )

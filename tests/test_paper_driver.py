@@ -214,7 +214,7 @@ def test_tiny_plan_runs_resumes_skips_and_redraws(
     # the information contract, checked on the run's evaluated.csv (round 0 included)
     labels = len((run_dir / "evaluated.csv").read_text().splitlines()) - 1
     assert labels == rounds[-1]["num_evaluations"]
-    assert "Information contract: 1 of 1 finished runs pay each label once" in report
+    assert "Information contract (finished runs): 1 of 1 runs pay each label once" in report
     assert f"| {labels:,} ({labels:,}) | 0 |" in report
 
     # a second invocation skips the finished run and writes the same CSV, byte for byte
@@ -462,7 +462,7 @@ def test_report_from_hand_made_runs_has_one_verdict_per_claim(
     (row,) = [line for line in report.splitlines() if line.startswith("| 9. Model size")]
     assert "small LLOME-MargE plateaus after 22K labels: **disagree**" in row
     assert "Label accounting of this figure's runs: `every_evaluation` (the paper's" in report
-    assert "Information contract: no finished run has an `evaluated.csv`." in report
+    assert "Information contract (finished runs): no run has an `evaluated.csv`." in report
     with open(out / "diversity.csv", newline="") as stream:
         rows = [r for r in csv.DictReader(stream) if r["method"] == "LLOME-MargE"]
     assert {float(r["frac_feasible"]) for r in rows} == {0.3}  # the log, not the record's 0.95
@@ -490,7 +490,7 @@ def test_report_from_hand_made_runs_has_one_verdict_per_claim(
     report = (out / "report.md").read_text()
     finished = report.count("| finished |")
     assert (
-        "Information contract: 0 of 1 finished runs pay each label once (no sequence twice in "
+        "Information contract (finished runs): 0 of 1 runs pay each label once (no sequence twice in "
         "`evaluated.csv`, `num_evaluations` = its rows); not: f2/GA_seed1; constraint queries not counted "
         f"(runs recorded before they were); {finished - 1} without "
         "`evaluated.csv`." in report

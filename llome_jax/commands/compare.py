@@ -7,8 +7,9 @@ import argparse
 NAME = "compare"
 HELP = (
     "Compare run directories (GA, LLOME, LaMBO-2; one per seed) at equal label budgets: median "
-    "and range of the min regret per method (and how many runs ended before the budget), a "
-    "plot, curves.csv and summary.csv."
+    "and range of the min regret per method (and how many runs ended before the budget), "
+    "whether each run paid every label once and asked constraint queries, a plot, curves.csv "
+    "and summary.csv."
 )
 ORDER = 60
 
@@ -49,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     from llome_jax.commands._common import check_out
     from llome_jax.compare import common_budget, load_runs, summarise
+    from llome_jax.rundir import RunDirectory, label_audit_summary
 
     if args.budget is not None and min(args.budget) < 1:
         raise ValueError(f"--budget must be >= 1, got {min(args.budget)}.")
@@ -68,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
             f"| {row.label} | {row.budget} | {counted} of {len(row.per_run)} | "
             f"{_cell(row.median)} | {_cell(row.low)} | {_cell(row.high)} | {row.ended_before} |"
         )
+    audits = {str(r.path): RunDirectory(r.path).label_audit() for r in runs}
+    print(f"information contract: {label_audit_summary(audits)}")
     if args.out is None:
         return 0
     from llome_jax.rundir import plot_regret_curves
