@@ -55,9 +55,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from llome_jax.rundir import LabelAudit
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -1472,7 +1475,7 @@ def _accounting_line(ctx: Context, specs: Collection[RunSpec]) -> str:
     ) + (" -- mixed: budget verdicts are not comparable" if len(counts) > 1 else "")
 
 
-def _audit_cells(audit: Any) -> list[str]:
+def _audit_cells(audit: LabelAudit | None) -> list[str]:
     """The Runs table's ``labels (distinct)`` and ``constraint queries`` cells of one run."""
     if audit is None:
         return ["", ""]

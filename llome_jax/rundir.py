@@ -197,23 +197,23 @@ def label_audit_summary(audits: Mapping[str, LabelAudit | None]) -> str:
         return "no run has an `evaluated.csv`"
     failing = sorted(name for name, audit in checked.items() if not audit.pays_once)
     queries = [a.constraint_queries for a in checked.values() if a.constraint_queries is not None]
-    text = (
+    if queries:
+        counting = (
+            f"{len(queries)} runs that count them"
+            if len(queries) > 1
+            else "the run that counts them"
+        )
+        asked = f"; constraint queries on unlabelled sequences: {sum(queries):,} in {counting}"
+    else:
+        asked = "; constraint queries not counted (runs recorded before they were)"
+    unread = len(audits) - len(checked)
+    return (
         f"{len(checked) - len(failing)} of {len(checked)} runs pay each label once (no sequence "
         "twice in `evaluated.csv`, `num_evaluations` = its rows)"
         + (f"; not: {', '.join(failing)}" if failing else "")
-        + (
-            f"; constraint queries on unlabelled sequences: {sum(queries):,} in "
-            + (
-                f"{len(queries)} runs that count them"
-                if len(queries) > 1
-                else "the run that counts them"
-            )
-            if queries
-            else "; constraint queries not counted (runs recorded before they were)"
-        )
+        + asked
+        + (f"; {unread} without `evaluated.csv`" if unread else "")
     )
-    unread = len(audits) - len(checked)
-    return text + (f"; {unread} without `evaluated.csv`" if unread else "")
 
 
 class RunDirectoryInUseError(RuntimeError):
@@ -569,7 +569,9 @@ class RunDirectory:
         if not self.evaluated_path.exists():
             return None
         with open(self.evaluated_path, newline="") as stream:
-            sequences = [row[1] for row in list(csv.reader(stream))[1:]]
+            rows = csv.reader(stream)
+            next(rows, None)  # the header
+            sequences = [row[1] for row in rows]
         records = self.rounds()
         last = records[-1] if records else {}
 
