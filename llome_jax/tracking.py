@@ -29,6 +29,7 @@ import json
 import math
 import os
 import pathlib
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -44,6 +45,28 @@ __all__ = [
 ]
 
 _INSTALL_HINT = 'pip install "llome-jax[tracking]"'
+
+
+def _import_tensorboardx() -> Any:
+    """``import tensorboardX`` without letting it import torch.
+
+    tensorboardX's ``writer`` module imports torch when it is installed, only to accept torch
+    tensors as values; we pass floats and strings. Loading torch costs ~3 s and puts its native
+    libraries into the JAX process (torch is for parity tests only, never a run-time dependency),
+    so while tensorboardX loads, ``import torch`` fails as if torch were absent (a ``None`` entry in
+    ``sys.modules``). A torch that is already loaded is left alone.
+    """
+    if "torch" in sys.modules:
+        import tensorboardX
+
+        return tensorboardX
+    sys.modules["torch"] = None  # type: ignore[assignment]
+    try:
+        import tensorboardX
+        import tensorboardX.summary
+    finally:
+        del sys.modules["torch"]
+    return tensorboardX
 
 
 @runtime_checkable
@@ -113,7 +136,7 @@ class TensorBoardTracker:
 
     def __init__(self, logdir: str | os.PathLike | None = None) -> None:
         try:
-            import tensorboardX  # noqa: F401
+            _import_tensorboardx()
         except ImportError as error:
             raise ImportError(
                 f"the TensorBoard tracker needs tensorboardX: {_INSTALL_HINT}"

@@ -9,17 +9,21 @@ import json
 import math
 import pathlib
 import struct
+import subprocess
 import sys
 import types
 from typing import Any
 
 import numpy as np
 import pytest
-from tensorboardX.proto.event_pb2 import Event, SessionLog
 
 from llome_jax import cli, ga
 from llome_jax.ga_optimizer import GARunConfig, GeneticAlgorithm, run
-from llome_jax.tracking import TensorBoardTracker
+from llome_jax.tracking import TensorBoardTracker, _import_tensorboardx
+
+# the event protos through the tracker's import, so this module does not load torch either
+Event = _import_tensorboardx().proto.event_pb2.Event
+SessionLog = _import_tensorboardx().proto.event_pb2.SessionLog
 
 FUNCTION = "f1"  # Ehr(8,128)-8-8-8: far from solved in a few generations (no early stop)
 CFG = GARunConfig(
@@ -100,6 +104,25 @@ def _assert_scalars_equal_rounds(series, records) -> None:
 
 
 # ------------------------------------------------------------------------------ TensorBoard
+def test_tensorboard_tracker_does_not_load_torch(tmp_path: pathlib.Path) -> None:
+    """tensorboardX imports torch when it is installed; the tracker keeps it out of the process
+    (torch is a test-only dependency). Checked in a fresh interpreter, with torch installed."""
+    pytest.importorskip("torch")
+    script = (
+        "import sys, pathlib\n"
+        "from llome_jax.tracking import TensorBoardTracker\n"
+        "tracker = TensorBoardTracker()\n"
+        f"tracker.start({{'function': 'f1'}}, pathlib.Path({str(tmp_path)!r}))\n"
+        "tracker.log_round({'round': 0, 'num_evaluations': 5, 'min_regret': 0.5})\n"
+        "tracker.finish()\n"
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert _scalars(_events(tmp_path / "tensorboard"))["min_regret"] == [(5, 0.5)]
+
+
 def test_cli_tensorboard_scalars_equal_rounds_jsonl(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "run"
     assert cli.main([*CLI_GA, "--rounds", "2", "--out", str(out), "--tracker", "tensorboard"]) == 0
