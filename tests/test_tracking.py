@@ -22,8 +22,8 @@ from llome_jax.ga_optimizer import GARunConfig, GeneticAlgorithm, run
 from llome_jax.tracking import TensorBoardTracker, _import_tensorboardx
 
 # the event protos through the tracker's import, so this module does not load torch either
-Event = _import_tensorboardx().proto.event_pb2.Event
-SessionLog = _import_tensorboardx().proto.event_pb2.SessionLog
+_event_pb2 = _import_tensorboardx().proto.event_pb2
+Event, SessionLog = _event_pb2.Event, _event_pb2.SessionLog
 
 FUNCTION = "f1"  # Ehr(8,128)-8-8-8: far from solved in a few generations (no early stop)
 CFG = GARunConfig(
