@@ -54,7 +54,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -1489,6 +1489,48 @@ def _embedded(out: pathlib.Path, key: str, title: str) -> list[str]:
     return [f"![{title}]({key}.png)", ""] if (out / f"{key}.png").exists() else []
 
 
+CURVE_COLUMNS = (
+    "run",
+    "function",
+    "method",
+    "seed",
+    "state",
+    "accounting",
+    "round",
+    "labels",
+    "min_regret",
+    "constraint_queries",
+)
+
+
+def write_curves(out: pathlib.Path, plan: Sequence[RunSpec], states: Mapping[str, str]) -> None:
+    """``out/curves.csv``: every planned run's per-round curve, one row per round of its
+    ``rounds.jsonl`` (``labels``: labels paid so far, round 0 included; ``min_regret``: empty
+    where a round has none; ``constraint_queries``: cumulative), with the run's ``state``
+    (finished / partial) and label accounting. Small enough to commit beside ``report.md``, so
+    the curves of figures 1, 5, 9 and 10 outlive the run directories."""
+    rows = []
+    for spec in plan:
+        path = out / "runs" / spec.name
+        accounting = _accounting(path)
+        for r in _rounds(path):
+            rows.append(
+                [
+                    spec.name,
+                    spec.function,
+                    spec.method,
+                    spec.seed,
+                    states.get(spec.name, ""),
+                    accounting,
+                    r["round"],
+                    r["num_evaluations"],
+                    "" if r.get("min_regret") is None else float(r["min_regret"]),
+                    r.get("cum_constraint_queries", 0),
+                ]
+            )
+    _write_csv(out / "curves.csv", CURVE_COLUMNS, rows)
+
+
 def write_report(
     out: pathlib.Path,
     scale_name: str,
@@ -1518,6 +1560,7 @@ def write_report(
             [spec.name, spec.method, len(records) - 1 if records else 0, state, why or ""]
         )
     ctx = Context(out, scale, scale_name, plan, runs, stop_reasons, accountings)
+    write_curves(out, plan, {row[0]: row[3] for row in status})
     seeds = ", ".join(f"{f}: {len(s)}" for f, s in scale.seeds)
     sections, table, every = [], [], []
     for key in figures:
@@ -1561,6 +1604,9 @@ def write_report(
         "(one core of a shared 2-core CPU, estimated).",
         "",
         f"Label accounting of the finished runs: {_accounting_line(ctx, ctx.runs)}.",
+        "",
+        "Every run's curve, round by round (labels paid, min regret, constraint queries): "
+        "`curves.csv`.",
         "",
         f"Information contract (finished runs): {label_audit_summary(audits)}.",
         "",

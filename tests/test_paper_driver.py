@@ -216,6 +216,16 @@ def test_tiny_plan_runs_resumes_skips_and_redraws(
     assert labels == rounds[-1]["num_evaluations"]
     assert "Information contract (finished runs): 1 of 1 runs pay each label once" in report
     assert f"| {labels:,} ({labels:,}) | 0 |" in report
+    # curves.csv: the run's rounds.jsonl, round by round
+    with open(out / "curves.csv", newline="") as stream:
+        curve = list(csv.DictReader(stream))
+    assert [
+        (r["run"], r["state"], int(r["round"]), int(r["labels"]), float(r["min_regret"]))
+        for r in curve
+    ] == [
+        (spec.name, "finished", r["round"], r["num_evaluations"], r["min_regret"]) for r in rounds
+    ]
+    assert {r["accounting"] for r in curve} == {accounting}
 
     # a second invocation skips the finished run and writes the same CSV, byte for byte
     first = (out / "solver.csv").read_bytes()
@@ -251,6 +261,12 @@ def test_a_partial_run_is_listed_but_never_counted(
         assert list(csv.DictReader(stream)) == []
     report = (out / "report.md").read_text()
     assert f"| {spec.name} | GA | 0 | partial |" in report
+    # its curve is kept, marked partial: round 0 as rounds.jsonl has it
+    (round0,) = [json.loads(line) for line in (out / "runs" / spec.name / "rounds.jsonl").open()]
+    with open(out / "curves.csv", newline="") as stream:
+        (row,) = list(csv.DictReader(stream))
+    assert (row["run"], row["state"], row["round"]) == (spec.name, "partial", "0")
+    assert int(row["labels"]) == round0["num_evaluations"] > 0
 
 
 def test_early_stops_name_the_runs_short_of_the_budget(paper, tmp_path: pathlib.Path) -> None:
