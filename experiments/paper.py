@@ -54,7 +54,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -1503,31 +1503,31 @@ CURVE_COLUMNS = (
 )
 
 
-def write_curves(out: pathlib.Path, plan: Sequence[RunSpec], states: Mapping[str, str]) -> None:
-    """``out/curves.csv``: every planned run's per-round curve, one row per round of its
-    ``rounds.jsonl`` (``labels``: labels paid so far, round 0 included; ``min_regret``: empty
-    where a round has none; ``constraint_queries``: cumulative), with the run's ``state``
-    (finished / partial) and label accounting. Small enough to commit beside ``report.md``, so
-    the curves of figures 1, 5, 9 and 10 outlive the run directories."""
-    rows = []
-    for spec in plan:
-        path = out / "runs" / spec.name
-        accounting = _accounting(path)
-        for r in _rounds(path):
-            rows.append(
-                [
-                    spec.name,
-                    spec.function,
-                    spec.method,
-                    spec.seed,
-                    states.get(spec.name, ""),
-                    accounting,
-                    r["round"],
-                    r["num_evaluations"],
-                    "" if r.get("min_regret") is None else float(r["min_regret"]),
-                    r.get("cum_constraint_queries", 0),
-                ]
-            )
+def write_curves(
+    out: pathlib.Path, curves: Sequence[tuple[RunSpec, str, str, Sequence[dict]]]
+) -> None:
+    """``out/curves.csv`` from ``(spec, state, accounting, rounds)`` per run (``rounds``: its
+    ``rounds.jsonl`` records, as :func:`write_report` read them): one row per round
+    (``labels``: labels paid so far, round 0 included; ``min_regret``: empty where a round has
+    none; ``constraint_queries``: cumulative), with the run's ``state`` (finished / partial) and
+    label accounting. Small enough to commit beside ``report.md``, so the curves of figures 1,
+    5, 9 and 10 outlive the run directories."""
+    rows = [
+        [
+            spec.name,
+            spec.function,
+            spec.method,
+            spec.seed,
+            state,
+            accounting,
+            r["round"],
+            r["num_evaluations"],
+            "" if r.get("min_regret") is None else float(r["min_regret"]),
+            r.get("cum_constraint_queries", 0),
+        ]
+        for spec, state, accounting, records in curves
+        for r in records
+    ]
     _write_csv(out / "curves.csv", CURVE_COLUMNS, rows)
 
 
@@ -1542,7 +1542,7 @@ def write_report(
     from llome_jax.rundir import RunDirectory, label_audit_summary
 
     runs, stop_reasons, accountings, audits = {}, {}, {}, {}
-    status = []
+    status, curves = [], []
     for spec in plan:
         path = out / "runs" / spec.name
         records = _rounds(path)
@@ -1559,8 +1559,10 @@ def write_report(
         status.append(
             [spec.name, spec.method, len(records) - 1 if records else 0, state, why or ""]
         )
+        if records:
+            curves.append((spec, state, accountings.get(spec) or _accounting(path), records))
     ctx = Context(out, scale, scale_name, plan, runs, stop_reasons, accountings)
-    write_curves(out, plan, {row[0]: row[3] for row in status})
+    write_curves(out, curves)
     seeds = ", ".join(f"{f}: {len(s)}" for f, s in scale.seeds)
     sections, table, every = [], [], []
     for key in figures:
