@@ -1550,17 +1550,19 @@ def write_report(
             json.loads((path / "done.json").read_text()) if (path / "done.json").exists() else None
         )
         why = done.get("stop_reason") if done else ""
-        if records and done:  # a partial run is listed below, never counted in a figure
-            runs[spec] = records
-            stop_reasons[spec] = why or ""
-            accountings[spec] = _accounting(path)
-            audits[spec.name] = RunDirectory(path).label_audit()
         state = "finished" if done else ("partial" if records else "not run")
         status.append(
             [spec.name, spec.method, len(records) - 1 if records else 0, state, why or ""]
         )
-        if records:
-            curves.append((spec, state, accountings.get(spec) or _accounting(path), records))
+        if not records:
+            continue
+        accounting = _accounting(path)
+        curves.append((spec, state, accounting, records))
+        if done:  # a partial run is listed in the run table, never counted in a figure
+            runs[spec] = records
+            stop_reasons[spec] = why or ""
+            accountings[spec] = accounting
+            audits[spec.name] = RunDirectory(path).label_audit()
     ctx = Context(out, scale, scale_name, plan, runs, stop_reasons, accountings)
     write_curves(out, curves)
     seeds = ", ".join(f"{f}: {len(s)}" for f, s in scale.seeds)
