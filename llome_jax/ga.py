@@ -57,6 +57,7 @@ __all__ = [
     "archive_from_trajectory",
     "ask",
     "count_unique_rows",
+    "generation_keys",
     "init",
     "mutate",
     "on_host",
@@ -581,6 +582,28 @@ def _advance(
         )
     step = _generation_step(fn, config, population_sharding, keep_populations)
     return jax.lax.scan(step, state, keys)
+
+
+@functools.partial(jax.jit, static_argnames=("num", "count"))
+def _key_slice(run_key: jax.Array, start: jax.Array, num: int, count: int) -> jax.Array:
+    return jax.lax.dynamic_slice_in_dim(jax.random.split(run_key, num), start, count)
+
+
+def generation_keys(run_key: jax.Array, start: int, stop: int) -> jax.Array:
+    """The keys of generations ``start .. stop - 1``: ``jax.random.split(run_key, stop)[start:]``.
+
+    Under JAX's default PRNG (threefry with ``jax_threefry_partitionable``, the default since
+    JAX 0.5) key ``i`` of ``split(run_key, n)`` does not depend on ``n``, so the keys are sliced
+    from a split of the next power of two: a round loop that advances one generation at a time
+    compiles ``log2`` key programs instead of one per generation. Other PRNGs get the split
+    itself. Returns a key array of shape ``[stop - start]``.
+    """
+    if not 0 <= start <= stop:
+        raise ValueError(f"generation_keys needs 0 <= start <= stop, got {start}, {stop}")
+    threefry = str(jax.random.key_impl(run_key)) == "threefry2x32"
+    if not (threefry and jax.config.jax_threefry_partitionable) or start == stop:
+        return jax.random.split(run_key, stop)[start:]
+    return _key_slice(run_key, start, num=1 << (stop - 1).bit_length(), count=stop - start)
 
 
 _init_jit = jax.jit(init, static_argnames=("config", "num_states"))

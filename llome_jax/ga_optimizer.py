@@ -168,7 +168,7 @@ class GeneticAlgorithm:
     def _advance(self, state: GARoundState, start: int, stop: int) -> tuple[Any, np.ndarray, Any]:
         """Generations ``start .. stop - 1``: the new ``GAState``, their particles
         int32 ``[(stop - start) n, L]`` in evaluation order, and their values."""
-        keys = jax.random.split(state.run_key, stop)[start:]
+        keys = ga.generation_keys(state.run_key, start, stop)
         ga_state, (_, populations, values) = ga.advance(
             state.ga_state, keys, self._fn, self.cfg.ga, keep_populations=True
         )

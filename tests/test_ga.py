@@ -139,6 +139,21 @@ def test_segmented_advance_equals_run(key):
     chex.assert_trees_all_equal(joined, trace)
 
 
+@pytest.mark.parametrize("partitionable", [True, False])
+def test_generation_keys_are_the_split_of_stop_keys(partitionable):
+    """The GA round loop's keys equal ``split(run_key, stop)[start:]`` for every window, under
+    either threefry mode (only the partitionable one may slice a larger split)."""
+    with jax.threefry_partitionable(partitionable):
+        run_key = jax.random.key(11)
+        windows = [(0, 1), (0, 10), (9, 10), (10, 11), (3, 17), (31, 32), (32, 33), (0, 0)]
+        for start, stop in windows:
+            expected = jax.random.key_data(jax.random.split(run_key, stop)[start:])
+            got = jax.random.key_data(ga.generation_keys(run_key, start, stop))
+            np.testing.assert_array_equal(got, expected, err_msg=f"{start}:{stop}")
+    with pytest.raises(ValueError, match="start <= stop"):
+        ga.generation_keys(run_key, 5, 4)
+
+
 def test_population_sharded_over_8_devices_equals_single_device(key):
     assert jax.device_count() == 8
     fn, x0 = eh.paper_function("f2"), eh.paper_initial_solution("f2")
