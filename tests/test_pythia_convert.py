@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import pathlib
+import shutil
 import sys
 
 import jax
@@ -293,9 +294,16 @@ def test_both_config_spellings_give_the_same_config():
 # ----------------------------------------------------------------------------- file errors
 
 
+@pytest.fixture(scope="module")
+def hf_template(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """One tiny checkpoint for the module (building the model compiles; copying does not)."""
+    return _write_hf(tmp_path_factory.mktemp("hf") / "hf", _random_model(_tiny(), seed=3))
+
+
 @pytest.fixture
-def hf_dir(tmp_path) -> pathlib.Path:
-    return _write_hf(tmp_path / "hf", _random_model(_tiny(), seed=3))
+def hf_dir(tmp_path: pathlib.Path, hf_template: pathlib.Path) -> pathlib.Path:
+    """A fresh copy of ``hf_template`` that a test may damage."""
+    return pathlib.Path(shutil.copytree(hf_template, tmp_path / "hf"))
 
 
 def test_missing_directory_and_config(tmp_path, hf_dir):
