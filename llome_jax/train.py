@@ -306,15 +306,19 @@ def paper_optimizer(loss_name: str, total_steps: int, **overrides: Any) -> Optim
 def learning_rate_schedule(config: OptimizerConfig) -> optax.Schedule:
     """HF ``get_linear_schedule_with_warmup``: ``lr * s / W`` for ``s < W``, then
     ``lr * max(0, (T - s) / max(1, T - W))`` (or constant after warm-up)."""
-    peak = config.learning_rate
-    warmup = config.warmup_steps
-    total = config.total_steps
+    return _schedule(config, config.learning_rate, config.warmup_steps, config.total_steps)
+
+
+def _schedule(config: OptimizerConfig, peak: Any, warmup: Any, total: Any) -> optax.Schedule:
+    """:func:`learning_rate_schedule` with ``lr``, ``W`` and ``T`` given apart from ``config``:
+    Python numbers, or traced scalars (the train step's runtime schedule values; the same
+    operations on the same dtypes either way, so both give the same values)."""
     linear = config.schedule == "linear"
 
     def schedule(count: jax.Array) -> jax.Array:
         s = jnp.asarray(count, float)  # float64 under x64 (exact comparisons in tests)
-        warm = s / max(1, warmup)
-        decay = jnp.maximum(0.0, (total - s) / max(1, total - warmup)) if linear else 1.0
+        warm = s / jnp.maximum(1, warmup)
+        decay = jnp.maximum(0.0, (total - s) / jnp.maximum(1, total - warmup)) if linear else 1.0
         return peak * jnp.where(s < warmup, warm, decay)
 
     return schedule
@@ -326,7 +330,10 @@ def _decay_mask(params: Params) -> Any:
 
 def make_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
     """Build the optax transformation (gradient clipping lives in the train step)."""
-    schedule = learning_rate_schedule(config)
+    return _optimizer(config, learning_rate_schedule(config))
+
+
+def _optimizer(config: OptimizerConfig, schedule: optax.Schedule) -> optax.GradientTransformation:
     if config.name == "adamw":
         return optax.adamw(
             schedule,
@@ -345,6 +352,12 @@ def make_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
         )
     )
     return optax.chain(*parts)
+
+
+def _schedule_free(config: OptimizerConfig) -> OptimizerConfig:
+    """``config`` without its schedule values (``lr``, ``W``, ``T``): what a compiled step that
+    takes them at run time depends on."""
+    return dataclasses.replace(config, learning_rate=0.0, warmup_steps=0, total_steps=1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -392,13 +405,18 @@ def _forward_logprobs(
 
 
 def init_train_state(
-    key: jax.Array, model: nnx.Module, optimizer: optax.GradientTransformation
+    key: jax.Array,
+    model: nnx.Module,
+    optimizer: optax.GradientTransformation | OptimizerConfig,
 ) -> TrainState:
-    """Initial state: a *copy* of the model's current parameters, a fresh optimizer state, step 0.
+    """Initial state: a *copy* of the model's current parameters, a fresh optimizer state, step 0
+    (``optimizer``: a transformation, or an :class:`OptimizerConfig` for :func:`make_optimizer`).
 
     The copy matters because the train step donates its state: without it, the first step would
     delete the arrays the ``model`` object itself still refers to.
     """
+    if isinstance(optimizer, OptimizerConfig):
+        optimizer = make_optimizer(optimizer)
     _, params, _ = split_params(model)
     params = jax.tree.map(jnp.copy, params)
     return TrainState(
@@ -443,22 +461,26 @@ class TrainStep:
     ``state`` is donated (its buffers are reused): do not use it after the call.
 
     Attributes:
-      jitted: the underlying ``jax.jit`` function of ``(state, batch, hparams, rest)``.
+      jitted: the underlying ``jax.jit`` function of ``(state, batch, hparams, rest, *schedule)``.
       rest: the model's non-Param state (empty for Pythia), passed along on every call.
       num_microbatches: gradient-accumulation factor.
       mesh: the mesh the step is sharded over, or ``None``.
+      schedule: the learning-rate schedule's ``(lr, warmup_steps, total_steps)``, passed on every
+        call, when the step was built from an :class:`OptimizerConfig`; ``()`` when from an optax
+        transformation (whose schedule is compiled in).
     """
 
     jitted: Callable[..., tuple[TrainState, dict[str, jax.Array]]]
     rest: nnx.State
     num_microbatches: int
     mesh: Mesh | None
+    schedule: tuple[float, int, int] | tuple[()] = ()
 
     def __call__(
         self, state: TrainState, batch: TrainBatch, hparams: LossParams
     ) -> tuple[TrainState, dict[str, jax.Array]]:
         _check_step_shapes(batch, self.num_microbatches, self.mesh)
-        return self.jitted(state, batch, hparams.as_arrays(), self.rest)
+        return self.jitted(state, batch, hparams.as_arrays(), self.rest, *self.schedule)
 
 
 def _check_step_shapes(batch: TrainBatch, num_microbatches: int, mesh: Mesh | None) -> None:
@@ -478,7 +500,7 @@ def _check_step_shapes(batch: TrainBatch, num_microbatches: int, mesh: Mesh | No
 def make_train_step(
     loss_fn: LossFn,
     model: nnx.Module,
-    optimizer: optax.GradientTransformation,
+    optimizer: optax.GradientTransformation | OptimizerConfig,
     *,
     num_microbatches: int = 1,
     max_grad_norm: float | None = 1.0,
@@ -487,11 +509,20 @@ def make_train_step(
 ) -> TrainStep:
     """Build the jitted train step for one loss (any entry of ``losses.LOSSES``).
 
+    The compiled program depends only on the structure: two calls with equal arguments (the
+    same loss function and optax transformation, an equal model graph, mesh and settings) share
+    one ``jax.jit`` function, so a second run in the same process (the paper driver, the tests)
+    does not compile its step again. Given an :class:`OptimizerConfig`, the learning-rate
+    schedule's values are run-time inputs, so phases that differ only in ``lr``, warm-up or
+    length (LLOME rounds with more or fewer steps) share the program too.
+
     Args:
       loss_fn: ``(policy, reference, LossBatch, LossParams) -> (per_unit_loss, metrics)``.
       model: the NNX policy model (only its graph structure is used; parameters come from the
         ``TrainState``).
-      optimizer: an optax transformation, e.g. ``make_optimizer(paper_optimizer("marge", n))``.
+      optimizer: an :class:`OptimizerConfig` (the optimizer of :func:`make_optimizer`, with the
+        schedule's values passed at run time), or any optax transformation, e.g.
+        ``make_optimizer(paper_optimizer("marge", n))`` (compiled in as it is).
       num_microbatches: gradient accumulation factor M (exact, see module docstring); the global
         batch must divide by ``M`` x devices.
       max_grad_norm: global-norm clipping threshold (reference: 1.0); ``None`` disables it.
@@ -506,6 +537,39 @@ def make_train_step(
     if num_microbatches < 1:
         raise ValueError("num_microbatches must be >= 1")
     graphdef, _, rest = split_params(model)
+    schedule: tuple[float, int, int] | tuple[()] = ()
+    if isinstance(optimizer, OptimizerConfig):
+        schedule = (
+            float(optimizer.learning_rate),
+            int(optimizer.warmup_steps),
+            int(optimizer.total_steps),
+        )
+        optimizer = _schedule_free(optimizer)
+    jitted = _jitted_train_step(
+        loss_fn, graphdef, optimizer, num_microbatches, max_grad_norm, mesh, donate
+    )
+    return TrainStep(
+        jitted=jitted,
+        rest=rest,
+        num_microbatches=num_microbatches,
+        mesh=mesh,
+        schedule=schedule,
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _jitted_train_step(
+    loss_fn: LossFn,
+    graphdef: nnx.GraphDef,
+    optimizer: optax.GradientTransformation | OptimizerConfig,
+    num_microbatches: int,
+    max_grad_norm: float | None,
+    mesh: Mesh | None,
+    donate: bool,
+) -> Callable[..., tuple[TrainState, dict[str, jax.Array]]]:
+    """The ``jax.jit`` function of :func:`make_train_step`, one per structure (the key holds the
+    model's graph, never its parameters). ``optimizer``: a transformation, or a schedule-free
+    :class:`OptimizerConfig` whose schedule values come as the last three arguments."""
     linear = loss_fn in LINEAR_IN_POLICY
     forward = functools.partial(_forward_logprobs, graphdef)
 
@@ -572,11 +636,15 @@ def make_train_step(
         return loss, metrics, grads
 
     def step(
-        state: TrainState, batch: TrainBatch, hparams: LossParams, rest: nnx.State
+        state: TrainState, batch: TrainBatch, hparams: LossParams, rest: nnx.State, *schedule: Any
     ) -> tuple[TrainState, dict[str, jax.Array]]:
+        if isinstance(optimizer, OptimizerConfig):
+            tx = _optimizer(optimizer, _schedule(optimizer, *schedule))
+        else:
+            tx = optimizer
         loss, metrics, grads = gradients(state.params, batch, hparams, rest)
         grads, grad_norm = clip_by_global_norm(grads, max_grad_norm)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         new_state = TrainState(
             params=params, opt_state=opt_state, step=state.step + 1, key=state.key
@@ -592,14 +660,12 @@ def make_train_step(
     jit_kwargs: dict[str, Any] = {"donate_argnums": (0,) if donate else ()}
     if mesh is not None:
         repl = parallel.replicated_sharding(mesh)
-        jit_kwargs["in_shardings"] = (repl, parallel.batch_sharding(mesh), repl, repl)
+        num_schedule = 3 if isinstance(optimizer, OptimizerConfig) else 0
+        jit_kwargs["in_shardings"] = (repl, parallel.batch_sharding(mesh), repl, repl) + (
+            repl,
+        ) * num_schedule
         jit_kwargs["out_shardings"] = (repl, repl)
-    return TrainStep(
-        jitted=jax.jit(step, **jit_kwargs),
-        rest=rest,
-        num_microbatches=num_microbatches,
-        mesh=mesh,
-    )
+    return jax.jit(step, **jit_kwargs)
 
 
 def make_eval_step(
@@ -612,9 +678,24 @@ def make_eval_step(
     """A jitted ``eval(params, batch, hparams) -> metrics`` (validation loss; no update).
 
     The forward pass runs over ``num_microbatches`` slices (to bound activation memory); the
-    loss sees the whole batch, so self-normalisation and DPO pairing match the train step.
+    loss sees the whole batch, so self-normalisation and DPO pairing match the train step. As
+    with :func:`make_train_step`, equal arguments share one compiled program.
     """
     graphdef, _, rest = split_params(model)
+    jitted = _jitted_eval_step(loss_fn, graphdef, num_microbatches, mesh)
+
+    def run(params: Params, batch: TrainBatch, hparams: LossParams) -> dict[str, jax.Array]:
+        _check_step_shapes(batch, num_microbatches, mesh)
+        return jitted(params, batch, hparams.as_arrays(), rest)
+
+    return run
+
+
+@functools.lru_cache(maxsize=16)
+def _jitted_eval_step(
+    loss_fn: LossFn, graphdef: nnx.GraphDef, num_microbatches: int, mesh: Mesh | None
+) -> Callable[..., dict[str, jax.Array]]:
+    """The ``jax.jit`` function of :func:`make_eval_step`, one per structure."""
     forward = functools.partial(_forward_logprobs, graphdef)
 
     def evaluate(
@@ -633,13 +714,7 @@ def make_eval_step(
         repl = parallel.replicated_sharding(mesh)
         jit_kwargs["in_shardings"] = (repl, parallel.batch_sharding(mesh), repl, repl)
         jit_kwargs["out_shardings"] = repl
-    jitted = jax.jit(evaluate, **jit_kwargs)
-
-    def run(params: Params, batch: TrainBatch, hparams: LossParams) -> dict[str, jax.Array]:
-        _check_step_shapes(batch, num_microbatches, mesh)
-        return jitted(params, batch, hparams.as_arrays(), rest)
-
-    return run
+    return jax.jit(evaluate, **jit_kwargs)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 6))

@@ -254,6 +254,90 @@ def test_every_registered_loss_trains_jitted_without_recompiling(name, key):
     assert step.jitted._cache_size() == 1
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        OptimizerConfig(learning_rate=1e-2, warmup_steps=3, total_steps=10),
+        OptimizerConfig(
+            name="rmsprop", learning_rate=1e-3, warmup_steps=2, total_steps=9, weight_decay=0.1
+        ),
+    ],
+    ids=["adamw", "rmsprop"],
+)
+def test_schedule_values_at_run_time_follow_the_float32_formula(config, key):
+    """A step built from an ``OptimizerConfig`` takes ``(lr, W, T)`` at run time. Its updates
+    equal, bit for bit, those of the same optax optimizer driven by a table of the schedule
+    worked out in numpy float32 (``lr * s / W``, then ``lr * max(0, (T - s) / max(1, T - W))``,
+    each division rounded once), over warm-up, decay and past ``T``. A config with other
+    schedule values reuses the program and follows its own table. (With the values compiled in,
+    XLA turns ``x / c`` into ``x * (1 / c)``: ``make_optimizer``'s schedule can be 1 ulp off.)"""
+    model = _model()
+    batch = _with_reference(model, _batch("marge"))
+    hp = default_params("marge")
+    steps = 10
+
+    def table(c: OptimizerConfig) -> np.ndarray:
+        s = np.arange(steps, dtype=np.float32)
+        warm = s / np.float32(max(1, c.warmup_steps))
+        decay = np.maximum(
+            np.float32(0),
+            (np.float32(c.total_steps) - s) / np.float32(max(1, c.total_steps - c.warmup_steps)),
+        )
+        decay = decay if c.schedule == "linear" else np.ones_like(s)
+        return np.float32(c.learning_rate) * np.where(s < c.warmup_steps, warm, decay)
+
+    def run(optimizer):
+        step = make_train_step(LOSSES["marge"], model, optimizer, donate=False)
+        state = init_train_state(key, model, optimizer)
+        for _ in range(steps):
+            state, _ = step(state, batch, hp)
+        return step, _flat(state.params)
+
+    def reference(c: OptimizerConfig) -> np.ndarray:
+        lr = jnp.asarray(table(c))
+        return run(train._optimizer(c, lambda count: lr[count]))[1]
+
+    step, params = run(config)
+    assert step.schedule == (config.learning_rate, config.warmup_steps, config.total_steps)
+    np.testing.assert_array_equal(params, reference(config))
+    other = dataclasses.replace(config, learning_rate=2 * config.learning_rate, total_steps=3)
+    other_step, other_params = run(other)
+    assert other_step.jitted is step.jitted and step.jitted._cache_size() == 1
+    np.testing.assert_array_equal(other_params, reference(other))
+    assert not np.array_equal(other_params, params)
+
+
+def test_equal_structures_share_one_compiled_step():
+    """Steps of two models with equal graphs (other weights) share the ``jax.jit`` function;
+    another loss, micro-batching, mesh, clipping or optimizer structure does not."""
+    config = OptimizerConfig(learning_rate=1e-2, total_steps=10)
+
+    def jitted(model=None, loss="marge", optimizer=config, **kwargs):
+        model = _model() if model is None else model
+        return make_train_step(LOSSES[loss], model, optimizer, **kwargs).jitted
+
+    base = jitted()
+    assert jitted(_model(seed=1)) is base
+    assert jitted(optimizer=dataclasses.replace(config, learning_rate=1.0, total_steps=3)) is base
+    others = [
+        jitted(loss="sft"),
+        jitted(num_microbatches=2),
+        jitted(max_grad_norm=None),
+        jitted(mesh=parallel.make_mesh(2)),
+        jitted(optimizer=dataclasses.replace(config, name="rmsprop")),
+        jitted(optimizer=dataclasses.replace(config, weight_decay=0.5)),
+        jitted(optimizer=make_optimizer(config)),
+        jitted(model=TinyCausalLM(dataclasses.replace(CONFIG, hidden_size=8), rngs=nnx.Rngs(0))),
+    ]
+    assert all(other is not base for other in others)
+    assert len({id(other) for other in others}) == len(others)
+    # the validation step likewise: the second model's lookup finds the first one's program
+    train.make_eval_step(LOSSES["marge"], _model())
+    hits = train._jitted_eval_step.cache_info().hits
+    train.make_eval_step(LOSSES["marge"], _model(seed=1))
+    assert train._jitted_eval_step.cache_info().hits == hits + 1
+
+
 def _one_sgd_update(loss_name, batch, num_microbatches, hp=None, mesh=None, model=None):
     """The gradient, as the change of one SGD step with learning rate 1 (default: ``_model()``)."""
     model = _model() if model is None else model

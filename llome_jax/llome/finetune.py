@@ -73,12 +73,12 @@ def train_step(rt: Runtime, cfg: LoopConfig, loss: str, opt_config: Any) -> Any:
 
 def _make_train_step(rt: Runtime, cfg: LoopConfig, loss: str, opt_config: Any) -> Any:
     from llome_jax.losses import get_loss
-    from llome_jax.train import make_optimizer, make_train_step
+    from llome_jax.train import make_train_step
 
     return make_train_step(
         get_loss(loss),
         training_model(rt, cfg, loss),
-        make_optimizer(opt_config),
+        opt_config,
         num_microbatches=microbatches(cfg, rt.mesh, cfg.finetune.batch_size_for(loss)),
         max_grad_norm=cfg.finetune.max_grad_norm,
         mesh=rt.mesh,
