@@ -311,8 +311,10 @@ def learning_rate_schedule(config: OptimizerConfig) -> optax.Schedule:
 
 def _schedule(config: OptimizerConfig, peak: Any, warmup: Any, total: Any) -> optax.Schedule:
     """:func:`learning_rate_schedule` with ``lr``, ``W`` and ``T`` given apart from ``config``:
-    Python numbers, or traced scalars (the train step's runtime schedule values; the same
-    operations on the same dtypes either way, so both give the same values)."""
+    Python numbers, or traced scalars (the train step's run-time schedule values). The same
+    operations on the same dtypes either way, but inside ``jit`` XLA rewrites a division by a
+    constant as a multiplication by its reciprocal, so only the traced form is the float32
+    formula exactly (``x / c`` compiled in can be 1 ulp off)."""
     linear = config.schedule == "linear"
 
     def schedule(count: jax.Array) -> jax.Array:
