@@ -1,0 +1,166 @@
+"""How the test order decides when ``pytest -n 2`` ends: replay recorded test durations through
+pytest-xdist's ``load`` scheduler, for pytest's alphabetical module order and for the order of
+``tests/conftest.py`` (modules that hold a ``slow`` test first).
+
+The ``load`` scheduler sends tests in collection order: each worker first gets a chunk of a
+quarter of its share; a worker left with fewer than ``max(2, pending / workers / 4)`` tests is
+refilled to ``max(2, pending / workers / 2)``, unless its last test took >= 0.1 s and it still
+holds two (xdist 3.x ``LoadScheduling.check_schedule``). Replaying measured durations through
+these rules gives each worker's finishing time under either order with the same durations,
+which one run on a noisy machine cannot (worker start-up and crashes are left out).
+
+Record durations during a run (one line per test phase, from every worker), then replay::
+
+    PYTHONPATH=benchmarks SUITE_ORDER_LOG=durations.tsv \\
+        .venv/bin/python -m pytest -n 2 -p no:cacheprovider -p suite_order
+    python benchmarks/suite_order.py durations.tsv    # -> benchmarks/results/suite_order.json
+
+The replay collects the tests (``pytest --collect-only``, a few seconds) for the test ids and
+their order within each module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import heapq
+import os
+import pathlib
+import subprocess
+import sys
+import time
+from typing import Any
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+
+
+def pytest_runtest_logreport(report: Any) -> None:
+    """Plugin part (``-p suite_order``): append ``seconds, phase, outcome, test id, worker,
+    time`` for every test phase to ``$SUITE_ORDER_LOG``."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "controller")
+    with open(os.environ.get("SUITE_ORDER_LOG", "suite_durations.tsv"), "a") as f:
+        f.write(
+            f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}"
+            f"\t{worker}\t{time.time():.1f}\n"
+        )
+
+
+def test_seconds(path: pathlib.Path) -> dict[str, float]:
+    """Seconds per test id (setup + call + teardown), from the controller's lines of a log
+    (each phase once; a rerun test keeps its first record)."""
+    seconds: dict[str, float] = collections.defaultdict(float)
+    seen = set()
+    for line in path.read_text().splitlines():
+        fields = line.split("\t")
+        duration, phase, node = float(fields[0]), fields[1], fields[3]
+        worker = fields[4] if len(fields) > 4 else "controller"
+        if worker != "controller" or (node, phase) in seen:
+            continue
+        seen.add((node, phase))
+        seconds[node] += duration
+    return dict(seconds)
+
+
+def replay(order: list[str], seconds: dict[str, float], workers: int = 2) -> list[float]:
+    """Each worker's finishing time (s) when xdist's ``load`` scheduler hands out ``order``."""
+    pending = list(range(len(order)))
+    held: list[list[int]] = [[] for _ in range(workers)]
+
+    def send(w: int, count: int) -> None:
+        held[w].extend(pending[:count])
+        del pending[:count]
+
+    for w in range(workers):
+        send(w, max(min(len(order) // workers // 4, len(order)), 2))
+    events = [(seconds.get(order[held[w][0]], 0.0), w) for w in range(workers) if held[w]]
+    heapq.heapify(events)
+    finish = [0.0] * workers
+    while events:
+        now, w = heapq.heappop(events)
+        done = held[w].pop(0)
+        finish[w] = now
+        if pending:
+            low = max(2, len(pending) // workers // 4)
+            high = max(2, len(pending) // workers // 2)
+            long_test = seconds.get(order[done], 0.0) >= 0.1 and len(held[w]) >= 2
+            if len(held[w]) < low and not long_test:
+                send(w, high - len(held[w]))
+        if held[w]:
+            heapq.heappush(events, (now + seconds.get(order[held[w][0]], 0.0), w))
+    return finish
+
+
+def collected() -> tuple[list[str], set[str]]:
+    """Test ids in the order pytest collects them here, and the modules holding a ``slow``
+    test (``pytest -m slow --collect-only``)."""
+
+    def ids(*extra: str) -> list[str]:
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "--collect-only",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                *extra,
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return [line for line in out.splitlines() if "::" in line]
+
+    return ids(), {node.split("::")[0] for node in ids("-m", "slow")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("logs", nargs="+", type=pathlib.Path, help="duration logs to replay")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "suite_order.json")
+    args = parser.parse_args()
+    tests, slow = collected()
+    module_rank = {m: i for i, m in enumerate(sorted({t.split("::")[0] for t in tests}))}
+    alphabetical = sorted(tests, key=lambda t: module_rank[t.split("::")[0]])  # stable
+    slow_first = sorted(alphabetical, key=lambda t: t.split("::")[0] not in slow)
+    print(f"{'log':40s} {'summed':>8s} {'alphabetical':>13s} {'slow first':>11s}  missing")
+    rows = []
+    for path in args.logs:
+        seconds = test_seconds(path)
+        ends = [replay(order, seconds, args.workers) for order in (alphabetical, slow_first)]
+        missing = sum(t not in seconds for t in tests)
+        summed = sum(seconds.get(t, 0.0) for t in tests)
+        print(f"{path!s:40s} {summed:8.0f} {max(ends[0]):13.0f} {max(ends[1]):11.0f}  {missing}")
+        rows.append(
+            {
+                "log": path.name,
+                "summed_s": summed,
+                "tests_missing": missing,
+                "workers_finish_s": {"alphabetical": ends[0], "slow_first": ends[1]},
+            }
+        )
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    payload = {
+        "benchmark": "suite_order",
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": commit,
+        "workers": args.workers,
+        "tests": len(tests),
+        "slow_modules": sorted(slow),
+        "replays": rows,
+    }
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from _report import write_json
+
+    write_json(args.out, payload)
+
+
+if __name__ == "__main__":
+    main()
