@@ -7,7 +7,11 @@ quarter of its share; a worker left with fewer than ``max(2, pending / workers /
 refilled to ``max(2, pending / workers / 2)``, unless its last test took >= 0.1 s and it still
 holds two (xdist 3.x ``LoadScheduling.check_schedule``). Replaying measured durations through
 these rules gives each worker's finishing time under either order with the same durations,
-which one run on a noisy machine cannot (worker start-up and crashes are left out).
+which one run on a noisy machine cannot (worker start-up and crashes are left out). The result
+of one replay is sensitive to small changes (two more tests move chunk boundaries and the end by
+tens of seconds), so each log is also replayed ``--draws`` times with every test's duration
+times a log-normal factor (``--noise``, default sigma 0.2), and the saving is reported as the
+spread of those replays.
 
 Record durations during a run (one line per test phase, from every worker), then replay::
 
@@ -27,6 +31,8 @@ import datetime
 import heapq
 import os
 import pathlib
+import random
+import statistics
 import subprocess
 import sys
 import time
@@ -122,28 +128,65 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("logs", nargs="+", type=pathlib.Path, help="duration logs to replay")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--noise",
+        type=float,
+        default=0.2,
+        help="sigma of the log-normal factor on every test's duration in the noisy replays",
+    )
+    parser.add_argument("--draws", type=int, default=30, help="noisy replays per log")
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "suite_order.json")
     args = parser.parse_args()
     tests, slow = collected()
     module_rank = {m: i for i, m in enumerate(sorted({t.split("::")[0] for t in tests}))}
     alphabetical = sorted(tests, key=lambda t: module_rank[t.split("::")[0]])  # stable
     slow_first = sorted(alphabetical, key=lambda t: t.split("::")[0] not in slow)
-    print(f"{'log':40s} {'summed':>8s} {'alphabetical':>13s} {'slow first':>11s}  missing")
-    rows = []
+    rng = random.Random(0)
+
+    def saved(seconds: dict[str, float]) -> float:
+        """Seconds by which the slow-first order ends sooner than the alphabetical one."""
+        return max(replay(alphabetical, seconds, args.workers)) - max(
+            replay(slow_first, seconds, args.workers)
+        )
+
+    print(
+        f"{'log':36s} {'summed':>7s} {'alphabetical':>12s} {'slow first':>10s}"
+        f"  saved with noise: median (min..max)"
+    )
+    rows, all_saved = [], []
     for path in args.logs:
         seconds = test_seconds(path)
         ends = [replay(order, seconds, args.workers) for order in (alphabetical, slow_first)]
-        missing = sum(t not in seconds for t in tests)
+        noisy = [
+            saved({t: v * rng.lognormvariate(0.0, args.noise) for t, v in seconds.items()})
+            for _ in range(args.draws)
+        ]
+        all_saved += noisy
         summed = sum(seconds.get(t, 0.0) for t in tests)
-        print(f"{path!s:40s} {summed:8.0f} {max(ends[0]):13.0f} {max(ends[1]):11.0f}  {missing}")
+        print(
+            f"{path.name:36s} {summed:7.0f} {max(ends[0]):12.0f} {max(ends[1]):10.0f}"
+            f"  {statistics.median(noisy):5.0f} ({min(noisy):.0f}..{max(noisy):.0f})"
+        )
         rows.append(
             {
                 "log": path.name,
                 "summed_s": summed,
-                "tests_missing": missing,
+                "tests_missing": sum(t not in seconds for t in tests),
                 "workers_finish_s": {"alphabetical": ends[0], "slow_first": ends[1]},
+                "saved_s_noisy": noisy,
             }
         )
+    deciles = statistics.quantiles(all_saved, n=10)
+    summary = {
+        "median_s": statistics.median(all_saved),
+        "mean_s": statistics.fmean(all_saved),
+        "p10_s": deciles[0],
+        "p90_s": deciles[-1],
+    }
+    print(
+        f"all noisy replays: median {summary['median_s']:.0f} s, mean {summary['mean_s']:.0f} s,"
+        f" 10th-90th percentile {summary['p10_s']:.0f} to {summary['p90_s']:.0f} s"
+    )
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
     ).stdout.strip()
@@ -154,6 +197,9 @@ def main() -> None:
         "workers": args.workers,
         "tests": len(tests),
         "slow_modules": sorted(slow),
+        "noise_sigma": args.noise,
+        "draws": args.draws,
+        "saved_s": summary,
         "replays": rows,
     }
     sys.path.insert(0, str(REPO / "benchmarks"))
