@@ -53,7 +53,7 @@ def pytest_runtest_logreport(report: Any) -> None:
         )
 
 
-def test_seconds(path: pathlib.Path) -> dict[str, float]:
+def durations_per_test(path: pathlib.Path) -> dict[str, float]:
     """Seconds per test id (setup + call + teardown), from the controller's lines of a log
     (each phase once; a rerun test keeps its first record)."""
     seconds: dict[str, float] = collections.defaultdict(float)
@@ -98,30 +98,17 @@ def replay(order: list[str], seconds: dict[str, float], workers: int = 2) -> lis
     return finish
 
 
-def collected() -> tuple[list[str], set[str]]:
-    """Test ids in the order pytest collects them here, and the modules holding a ``slow``
-    test (``pytest -m slow --collect-only``)."""
-
-    def ids(*extra: str) -> list[str]:
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "--collect-only",
-                "-q",
-                "-p",
-                "no:cacheprovider",
-                *extra,
-            ],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        return [line for line in out.splitlines() if "::" in line]
-
-    return ids(), {node.split("::")[0] for node in ids("-m", "slow")}
+def collected() -> list[str]:
+    """Test ids in the order pytest collects them here: ``tests/conftest.py``'s order (modules
+    holding a ``slow`` test first), so the replay measures whatever order it sets."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [line for line in out.splitlines() if "::" in line]
 
 
 def main() -> None:
@@ -137,10 +124,8 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=30, help="noisy replays per log")
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "suite_order.json")
     args = parser.parse_args()
-    tests, slow = collected()
-    module_rank = {m: i for i, m in enumerate(sorted({t.split("::")[0] for t in tests}))}
-    alphabetical = sorted(tests, key=lambda t: module_rank[t.split("::")[0]])  # stable
-    slow_first = sorted(alphabetical, key=lambda t: t.split("::")[0] not in slow)
+    slow_first = collected()
+    alphabetical = sorted(slow_first, key=lambda t: t.split("::")[0])  # stable: module order
     rng = random.Random(0)
 
     def saved(seconds: dict[str, float]) -> float:
@@ -155,14 +140,14 @@ def main() -> None:
     )
     rows, all_saved = [], []
     for path in args.logs:
-        seconds = test_seconds(path)
+        seconds = durations_per_test(path)
         ends = [replay(order, seconds, args.workers) for order in (alphabetical, slow_first)]
         noisy = [
             saved({t: v * rng.lognormvariate(0.0, args.noise) for t, v in seconds.items()})
             for _ in range(args.draws)
         ]
         all_saved += noisy
-        summed = sum(seconds.get(t, 0.0) for t in tests)
+        summed = sum(seconds.get(t, 0.0) for t in slow_first)
         print(
             f"{path.name:36s} {summed:7.0f} {max(ends[0]):12.0f} {max(ends[1]):10.0f}"
             f"  {statistics.median(noisy):5.0f} ({min(noisy):.0f}..{max(noisy):.0f})"
@@ -171,7 +156,7 @@ def main() -> None:
             {
                 "log": path.name,
                 "summed_s": summed,
-                "tests_missing": sum(t not in seconds for t in tests),
+                "tests_missing": sum(t not in seconds for t in slow_first),
                 "workers_finish_s": {"alphabetical": ends[0], "slow_first": ends[1]},
                 "saved_s_noisy": noisy,
             }
@@ -195,8 +180,8 @@ def main() -> None:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "commit": commit,
         "workers": args.workers,
-        "tests": len(tests),
-        "slow_modules": sorted(slow),
+        "tests": len(slow_first),
+        "module_order": list(dict.fromkeys(t.split("::")[0] for t in slow_first)),
         "noise_sigma": args.noise,
         "draws": args.draws,
         "saved_s": summary,

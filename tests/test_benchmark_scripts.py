@@ -14,6 +14,7 @@ import os
 import pathlib
 import subprocess
 import sys
+from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -49,6 +50,18 @@ def test_paper_scale_aot_generate_runs(tmp_path: pathlib.Path) -> None:
     assert abs(row["argument_gib"] - 70_426_624 * 4 / 2**30) < 0.005
 
 
+def _suite_order() -> Any:
+    """``benchmarks/suite_order.py`` as a module (benchmarks/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "suite_order", REPO / "benchmarks" / "suite_order.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_suite_order_replays_the_load_scheduler_by_hand() -> None:
     """``benchmarks/suite_order.py``'s replay against a schedule worked out by hand: 8 tests,
     2 workers, chunks of 2 (a quarter of 4, at least 2). Worker 0 holds ``a`` (10 s) and ``b``;
@@ -57,13 +70,7 @@ def test_suite_order_replays_the_load_scheduler_by_hand() -> None:
     is then empty and worker 0 ends ``a``, ``b`` at 11 s. With ``a`` last (``b``-``h``, then
     ``a``): both workers take one new test per finished one, worker 1 is handed ``a`` at 2 s
     and starts it at 3 s, so the run ends at 13 s while worker 0 idles from 4 s."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "suite_order", REPO / "benchmarks" / "suite_order.py"
-    )
-    suite_order = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(suite_order)
+    suite_order = _suite_order()
     seconds = {"a": 10.0, **dict.fromkeys("bcdefgh", 1.0)}
     assert suite_order.replay(list("abcdefgh"), seconds) == [11.0, 6.0]
     assert suite_order.replay(list("bcdefgha"), seconds) == [4.0, 13.0]
@@ -119,15 +126,9 @@ def _xdist_finish_times(order: list[str], seconds: dict[str, float]) -> list[flo
 def test_suite_order_replay_equals_xdists_own_scheduler() -> None:
     """The replay against pytest-xdist's ``LoadScheduling`` itself, driven by two fake workers:
     300 tests with long-tailed durations (most well under 0.1 s, some minutes) in three orders."""
-    import importlib.util
-
     import numpy as np
 
-    spec = importlib.util.spec_from_file_location(
-        "suite_order", REPO / "benchmarks" / "suite_order.py"
-    )
-    suite_order = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(suite_order)
+    suite_order = _suite_order()
     rng = np.random.default_rng(0)
     names = [f"t{i:03d}" for i in range(300)]
     seconds = dict(zip(names, rng.lognormal(-2.0, 2.5, 300).round(2).tolist(), strict=True))
