@@ -6,6 +6,15 @@ LLOME run compiles for tens of seconds; ``ehrlich.make`` compiles a chain sample
 says ``LLOME_JAX_COMPILATION_CACHE=off``: jaxlib 0.10.2 has crashed (a segfault in
 ``executable.serialize()`` while writing an entry) in our test suite on a cold cache, so the
 suite turns it off, and a user who meets that crash can too.
+
+:func:`release_if_crowded` frees the compiled programs a process holds in memory when they come
+near the kernel's limit; the shared round driver (:mod:`llome_jax.runner`) calls it after every
+round. JAX keeps each program it compiled until its caches are cleared, each XLA:CPU executable
+holds several memory mappings (3-9 measured), and Linux allows ``vm.max_map_count`` (65,530 by
+default) per process: a test process crashed inside XLA's compiler at 65,414 mappings (a
+segfault, or an abort, in whatever compiled next). A process that runs many runs one after another
+(the paper driver, the tuning sweeps) reaches that; freed programs compile again when next called
+(or are read back from the persistent cache).
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ from __future__ import annotations
 import os
 import pathlib
 
-__all__ = ["ENV", "enable"]
+__all__ = ["ENV", "enable", "release_if_crowded", "release_programs"]
 
 #: ``off`` (or ``0``, ``false``, ``no``) disables :func:`enable`.
 ENV = "LLOME_JAX_COMPILATION_CACHE"
@@ -36,3 +45,44 @@ def enable(directory: str | os.PathLike, min_compile_time_secs: float | None = N
     if min_compile_time_secs is not None:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", min_compile_time_secs)
     return True
+
+
+def release_programs() -> None:
+    """Free every compiled program JAX holds in this process (``jax.clear_caches()``).
+
+    Jitted functions stay usable: their next call compiles again (or reads the persistent
+    cache). Call it between independent runs in one process, never inside a run.
+    """
+    import jax
+
+    jax.clear_caches()
+
+
+def release_if_crowded(fraction: float = 0.5, limit: int | None = None) -> int | None:
+    """:func:`release_programs` if this process holds more than ``fraction`` of ``limit`` memory
+    mappings; returns the mappings it held then, or ``None`` when it released nothing.
+
+    ``limit``: the kernel's ``vm.max_map_count`` by default (65,530 where it cannot be read).
+    Where ``/proc/self/maps`` does not exist (not Linux) nothing is released.
+    """
+    held = _memory_mappings()
+    if held is None:
+        return None
+    if limit is None:
+        try:
+            limit = int(pathlib.Path("/proc/sys/vm/max_map_count").read_text())
+        except (OSError, ValueError):
+            limit = 65_530
+    if held <= fraction * limit:
+        return None
+    release_programs()
+    return held
+
+
+def _memory_mappings() -> int | None:
+    """Lines of ``/proc/self/maps`` (this process's memory mappings); ``None`` without it."""
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            return sum(1 for _ in maps)
+    except OSError:
+        return None

@@ -259,6 +259,7 @@ def _run_rounds(
             record = _stopped(_account(result.record, oracle, queries), optimizer, state)
             log_round({**record, "seconds": time.perf_counter() - t0})
             optimizer.save(manager, state)
+            _release_if_crowded(log if progress else None)
             if progress:
                 log(
                     f"round 0 ({optimizer.round0_description()}): {len(result.values)} distinct "
@@ -284,6 +285,7 @@ def _run_rounds(
             log_round({**record, "seconds": seconds})
             optimizer.plot(run_dir)
             optimizer.save(manager, state)
+            _release_if_crowded(log if progress else None)
             done_here += 1
             if progress:
                 log(optimizer.round_line(records[-1]))
@@ -292,6 +294,17 @@ def _run_rounds(
     if reason and progress:
         log(f"stopped early after round {optimizer.round_index(state)}: {reason}")
     return RunResult(state=state, records=records, stop_reason=reason, path=run_dir.path)
+
+
+def _release_if_crowded(log: Callable[[str], None] | None) -> None:
+    """After a round: free this process's compiled programs when their memory mappings near the
+    kernel's limit (:func:`llome_jax.compile_cache.release_if_crowded`); the next round compiles
+    what it needs again."""
+    from llome_jax import compile_cache
+
+    held = compile_cache.release_if_crowded()
+    if held is not None and log is not None:
+        log(f"freed the compiled programs: {held} memory mappings, over half of vm.max_map_count")
 
 
 def _queries(oracle: Any) -> int:

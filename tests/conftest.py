@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+from collections.abc import Iterator
 
 # Must run before jax initialises its backends (conftest is imported before test modules).
 _flags = os.environ.get("XLA_FLAGS", "")
@@ -25,7 +26,8 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 
 # A test whose xdist worker segfaulted runs once more (jaxlib's compiler crashes now and then; an
-# assertion is never retried): tests/crash_retry.py.
+# assertion is never retried): tests/crash_retry.py. The crash we reproduced, a worker out of
+# memory mappings, is prevented by _release_compiled_programs below.
 pytest_plugins = ["crash_retry"]
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -66,6 +68,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     sooner in this order (10th-90th percentile -15 to +84 s; docs/benchmarks.md)."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)  # stable: the order within each group
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_compiled_programs() -> Iterator[None]:
+    """Free every compiled program after each test module (``jax.clear_caches()``).
+
+    JAX keeps each compiled program until its caches are cleared, each XLA:CPU executable holds
+    several memory mappings, and Linux allows ``vm.max_map_count`` (65,530) per process: a
+    worker that had run ~450 tests crashed inside XLA's compiler at 65,414 mappings (a segfault
+    or an abort, in whichever test compiled next; llome_jax.compile_cache). Freed per module,
+    a worker stays far below the limit.
+    """
+    yield
+    from llome_jax import compile_cache
+
+    compile_cache.release_programs()
 
 
 @pytest.fixture

@@ -113,6 +113,44 @@ def test_interrupted_run_resumes_to_the_same_files(tmp_path):
         runner.run(Countdown(rounds=3), tmp_path / "part", progress=False)
 
 
+_square = jax.jit(lambda x: x * x)
+
+
+class CompilingCountdown(Countdown):
+    """:class:`Countdown` whose every round first notes how many programs ``_square`` holds
+    compiled, then calls it (one program: the same shape each round)."""
+
+    def __init__(self, rounds: int) -> None:
+        super().__init__(rounds)
+        self.held_at_round_start: list[int] = []
+
+    def _label(self, key: jax.Array, r: int) -> tuple[dict[str, Any], runner.RoundResult]:
+        self.held_at_round_start.append(_square._cache_size())
+        _square(jnp.float32(r))
+        return super()._label(key, r)
+
+
+@pytest.mark.parametrize(("limit", "held"), [(1, [0, 0, 0]), (10**9, [0, 1, 1])])
+def test_the_driver_frees_compiled_programs_after_a_round_only_near_the_mapping_limit(
+    tmp_path, monkeypatch, limit, held
+):
+    """After every round the driver asks ``compile_cache.release_if_crowded``: with a limit of
+    1 mapping every round frees ``_square``'s program (and says so); far below the limit the
+    program stays compiled from round to round."""
+    from llome_jax import compile_cache
+
+    release = compile_cache.release_if_crowded
+    monkeypatch.setattr(
+        compile_cache, "release_if_crowded", lambda: release(fraction=0.5, limit=limit)
+    )
+    compile_cache.release_programs()
+    plugin, lines = CompilingCountdown(rounds=2), []
+    runner.run(plugin, tmp_path / "run", log=lines.append)
+    assert plugin.held_at_round_start == held
+    freed = [line for line in lines if line.startswith("freed the compiled programs")]
+    assert len(freed) == (3 if limit == 1 else 0)
+
+
 def test_a_second_process_on_a_running_directory_stops_before_writing(tmp_path):
     """Two processes resuming one run directory would both roll back, label and append (seen in
     practice: a duplicate round in rounds.jsonl, then a checkpoint-order error). While another
