@@ -51,7 +51,8 @@ def release_programs() -> None:
     """Free every compiled program JAX holds in this process (``jax.clear_caches()``).
 
     Jitted functions stay usable: their next call compiles again (or reads the persistent
-    cache). Call it between independent runs in one process, never inside a run.
+    cache), with the same values. Call it between runs or between rounds (the round driver
+    does), not to save time: a freed program costs its compile again.
     """
     import jax
 
