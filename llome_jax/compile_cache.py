@@ -12,9 +12,9 @@ near the kernel's limit; the shared round driver (:mod:`llome_jax.runner`) calls
 round. JAX keeps each program it compiled until its caches are cleared, each XLA:CPU executable
 holds several memory mappings (3-9 measured), and Linux allows ``vm.max_map_count`` (65,530 by
 default) per process: a test process crashed inside XLA's compiler at 65,414 mappings (a
-segfault, or an abort, in whatever compiled next). A process that runs many runs one after another
-(the paper driver, the tuning sweeps) reaches that; freed programs compile again when next called
-(or are read back from the persistent cache).
+segfault, or an abort, in whatever compiled next). A process that runs many runs one after
+another can get there (the paper driver's smoke plan in one process ended at 23,607); freed
+programs compile again when next called (or are read back from the persistent cache).
 """
 
 from __future__ import annotations
