@@ -24,13 +24,21 @@ from __future__ import annotations
 import argparse
 import csv
 import pathlib
+from typing import NamedTuple
 
 import numpy as np
 
 
-def seed_data(function: str, instance_seed: int | None, seed: int, accounting: str = "pay_once"):
+def seed_data(
+    function: str,
+    instance_seed: int | None,
+    seed: int,
+    accounting: str = "pay_once",
+    preset_name: str = "cpu",
+):
     """``(fn, sequences [n, L], values [n], labels paid)``: LLOME's round 0 for run seed
-    ``seed`` (the `cpu` preset's GA generations and settings, the run key's ``"ga"`` key).
+    ``seed`` (the GA generations and settings of LLOME's ``preset_name`` preset, the key every
+    optimizer's round 0 uses, ``runner.round0_key``).
 
     ``accounting`` as the optimizers' (``llome_jax.oracle``): ``"pay_once"`` pays the archive's
     distinct sequences, the public start sequence excluded; ``"every_evaluation"`` the paper's
@@ -39,12 +47,12 @@ def seed_data(function: str, instance_seed: int | None, seed: int, accounting: s
 
     from llome_jax import ehrlich, ga
     from llome_jax.llome.presets import preset
-    from llome_jax.llome.runtime import named_key
+    from llome_jax.runner import round0_key
 
-    cfg = preset("cpu", seed=seed)
+    cfg = preset(preset_name, seed=seed)
     fn = ehrlich.resolve_function(function, instance_seed)
     x0 = ehrlich.resolve_initial_solution(function, instance_seed)
-    key = named_key(jax.random.key(seed), "ga")
+    key = round0_key(jax.random.key(seed))
     archive = ga.run_archive(key, fn, x0, cfg.ga_generations, cfg.ga)
     sequences, values, _ = archive.to_numpy()
     if accounting == "every_evaluation":
@@ -106,13 +114,19 @@ def run(
     mutations,
     directory=None,
     accounting="pay_once",
+    budget=None,
+    preset_name="cpu",
 ) -> list[list]:
     """One run: a row ``[function, instance, seed, round, labels, min regret, improving]`` per
     round; with ``directory`` (a ``RunDirectory``) also its ``rounds.jsonl`` and
-    ``evaluated.csv``, as the optimizers write them."""
+    ``evaluated.csv``, as the optimizers write them. With ``budget`` the run pays exactly that
+    many labels after round 0 (its last round proposes only what is left; ``rounds`` is then a
+    cap), as the optimizers' ``--budget``."""
     from llome_jax import ehrlich
 
-    fn, sequences, values, evaluations = seed_data(function, instance_seed, seed, accounting)
+    fn, sequences, values, evaluations = seed_data(
+        function, instance_seed, seed, accounting, preset_name
+    )
     rng = np.random.default_rng(1_000 + seed)
     seen = {s.astype(np.uint8).tobytes() for s in sequences}
     optimum = float(fn.optimal_value)
@@ -124,15 +138,20 @@ def run(
         x0 = np.asarray(_ehrlich.resolve_initial_solution(function, instance_seed))
         paid = ~(sequences == x0).all(axis=1) if accounting == "pay_once" else slice(None)
         directory.log_evaluated(0, sequences[paid], values[paid])
+    paid = 0
     for index in range(1, rounds + 1):
+        size = per_round if budget is None else min(per_round, budget - paid)
+        if size <= 0:
+            break
+        paid += size
         batch = propose(
-            rng, sequences, values, seen, per_round, incumbents, mutations, fn.config.num_states
+            rng, sequences, values, seen, size, incumbents, mutations, fn.config.num_states
         )
         new = np.asarray(ehrlich.evaluate(fn, batch.astype(np.int32)), np.float64)
         improving = int((new > best).sum())
         sequences, values = np.concatenate([sequences, batch]), np.concatenate([values, new])
         best = float(values.max())
-        evaluations += per_round
+        evaluations += size
         rows.append([function, instance_seed, seed, index, evaluations, optimum - best, improving])
         if directory is not None:
             directory.log_evaluated(index, batch, new)
@@ -148,6 +167,67 @@ def run(
                 }
             )
     return rows
+
+
+class LocalSearchResult(NamedTuple):
+    """What :func:`run_directory_run` returns (``stop_reason`` as the round driver's)."""
+
+    path: pathlib.Path
+    rows: list
+    stop_reason: str = ""
+
+
+def run_directory_run(
+    function: str,
+    seed: int,
+    path: pathlib.Path,
+    *,
+    budget: int,
+    resume: bool = False,
+    per_round: int = 2000,
+    incumbents: int = 200,
+    mutations: int = 1,
+    preset_name: str = "cpu",
+) -> LocalSearchResult:
+    """One run into the run directory ``path`` (the optimizers' layout, ``config.json`` with
+    ``"method": "local search"`` and ``"budget"``), paying exactly ``budget`` labels after the
+    shared round 0: what ``experiments/paper.py`` runs for its ``local search`` method. A run
+    takes seconds, so an unfinished one (``resume``) is made again from the start (the same
+    seeds give the same run)."""
+    import shutil
+
+    from llome_jax.rundir import RunDirectory
+
+    if resume:
+        shutil.rmtree(path, ignore_errors=True)
+    config = {
+        "optimizer": "local_search",
+        "method": "local search",
+        "function": function,
+        "instance_seed": None,
+        "seed": seed,
+        "incumbents": incumbents,
+        "mutations": mutations,
+        "per_round": per_round,
+        "accounting": "pay_once",
+        "budget": budget,
+        "rounds": -(-budget // per_round),
+        "round0_preset": preset_name,
+    }
+    directory = RunDirectory.create(path, config)
+    rows = run(
+        function,
+        None,
+        seed,
+        config["rounds"],
+        per_round,
+        incumbents,
+        mutations,
+        directory,
+        budget=budget,
+        preset_name=preset_name,
+    )
+    return LocalSearchResult(directory.path, rows)
 
 
 def _slug(function: str) -> str:
@@ -186,6 +266,12 @@ def main() -> None:
     )
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument(
+        "--budget",
+        type=int,
+        default=None,
+        help="labels after round 0: the run ends at exactly this many (--rounds is then a cap)",
+    )
     parser.add_argument("--per-round", type=int, default=2000)
     parser.add_argument("--incumbents", type=int, default=200)
     parser.add_argument("--mutations", type=int, default=1)
@@ -226,6 +312,7 @@ def main() -> None:
                 args.mutations,
                 directory,
                 args.accounting,
+                args.budget,
             )
             rows += run_rows
             finals.append(run_rows[-1][5])

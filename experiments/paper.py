@@ -82,6 +82,17 @@ METHODS: dict[str, tuple[str, str | None]] = {
 EXTRA_METHODS: dict[str, tuple[str, str | None]] = {
     "LLOME-REINFORCE": ("llome", "sft:1,reinforce:1"),
 }
+#: f2 only (figure 1's f2 panel, where the paper makes its claims): blind local search (no model;
+#: ``experiments/local_search.py``) and LLOME-MargE fine-tuned from the shipped prior
+#: (``cpu-pretrained``); selectable with --methods
+F2_METHODS: dict[str, tuple[str, str | None]] = {
+    "local search": ("local_search", None),
+    "LLOME-MargE-prior": ("llome", "sft:1,marge:1"),
+}
+#: methods that start from the shipped prior (the LLOME preset's ``-pretrained`` variant)
+PRIOR_METHODS = ("LLOME-MargE-prior",)
+#: what runs without --methods
+DEFAULT_METHODS = (*METHODS, *F2_METHODS)
 
 #: figure key -> title (the order of report.md), with the paper.tex label of its figure;
 #: ``--only`` takes a key or its number
@@ -141,7 +152,12 @@ class Scale:
     seconds: tuple[tuple[tuple[str, int], tuple[float, float]], ...]
 
     def seeds_for(self, function: str, kind: str) -> tuple[int, ...]:
-        return self.ga_seeds if kind == "ga" else dict(self.seeds)[function]
+        """The run seeds of ``kind`` on ``function``: ``seeds``; the cheap GA and local search
+        also run ``ga_seeds``."""
+        seeds = dict(self.seeds).get(function, ())
+        if kind in ("ga", "local_search"):
+            return tuple(sorted(set(self.ga_seeds) | set(seeds)))
+        return seeds
 
     def cost(self, kind: str, length: int, rounds: int) -> float:
         first, per_round = dict(self.seconds)[(kind, length)]
@@ -179,6 +195,7 @@ SCALES: dict[str, Scale] = {
         seconds=(
             (("ga", 32), (12.0, 5.0)),
             (("ga", 128), (15.0, 8.0)),
+            (("local_search", 32), (10.0, 1.0)),
             (("llome", 32), (5.0, 35.0)),
             (("llome", 128), (5.0, 200.0)),
             (("lambo2", 32), (40.0, 15.0)),
@@ -191,7 +208,15 @@ SCALES: dict[str, Scale] = {
         llome_overrides=(),
         lambo_overrides=(),
         rounds=10,
-        seeds=(("f1", (0,)), ("f2", (0, 1, 2)), ("f3", (0,)), ("f4", (0,)), (HALF, (0, 1, 2))),
+        # f2, where the paper makes its claims: 8 seeds (an exact two-sided rank test on 3 vs 3
+        # cannot reach p < 0.05; on 8 vs 8 it can)
+        seeds=(
+            ("f1", (0,)),
+            ("f2", tuple(range(8))),
+            ("f3", (0,)),
+            ("f4", (0,)),
+            (HALF, (0, 1, 2)),
+        ),
         ga_seeds=(0, 1, 2),
         functions=("f1", "f2", "f3", "f4"),
         reduced=(),
@@ -201,6 +226,7 @@ SCALES: dict[str, Scale] = {
         seconds=(
             (("ga", 32), (15.0, 2.0)),
             (("ga", 128), (30.0, 4.0)),
+            (("local_search", 32), (15.0, 1.0)),
             (("llome", 32), (60.0, 72.0)),  # 10-14 min a run (docs/experiments.md)
             (("llome", 128), (120.0, 290.0)),  # ~4x the tokens per sequence
             (("lambo2", 32), (60.0, 138.0)),  # ~23 min a run
@@ -224,7 +250,7 @@ class RunSpec:
     @property
     def name(self) -> str:
         slug = self.function.replace("(", "").replace(")", "").replace(",", "_")
-        return f"{slug}/{self.method}_seed{self.seed}"
+        return f"{slug}/{self.method.replace(' ', '-')}_seed{self.seed}"
 
 
 def _save(figure: Any, path: pathlib.Path) -> None:
@@ -256,7 +282,11 @@ def build_plan(scale: Scale, methods: Sequence[str], figures: Sequence[str]) -> 
         only = dict(scale.reduced).get(function)
         if only is not None and method in METHODS and method not in only:
             return
-        kind, default_schedule = {**METHODS, **EXTRA_METHODS}.get(method, ("llome", None))
+        if method in F2_METHODS and function != "f2":
+            return
+        kind, default_schedule = {**METHODS, **EXTRA_METHODS, **F2_METHODS}.get(
+            method, ("llome", None)
+        )
         for seed in scale.seeds_for(function, kind):
             key = (method, function, seed)
             old = wanted.get(key)
@@ -270,14 +300,14 @@ def build_plan(scale: Scale, methods: Sequence[str], figures: Sequence[str]) -> 
                 tuple(dict.fromkeys(figs)),
             )
 
-    f2_llome = [m for m in methods if METHODS[m][0] == "llome"]
+    f2_llome = [m for m in methods if m in METHODS and METHODS[m][0] == "llome"]
     for figure in figures:
         if figure == "solver":
             for function in scale.functions:
                 for method in methods:
                     add(method, function, figure)
         elif figure == "diversity":
-            for method in methods:
+            for method in [m for m in methods if m in METHODS]:
                 add(method, "f2", figure)
         elif figure in ("calibration", "refinement", "selection"):
             for method in [m for m in ("LLOME-MargE", "LLOME-SFT") if m in f2_llome]:
@@ -309,14 +339,30 @@ def build_plan(scale: Scale, methods: Sequence[str], figures: Sequence[str]) -> 
 # Running
 # ------------------------------------------------------------------------------------------
 def _llome_config(spec: RunSpec, scale: Scale):
-    from llome_jax.llome.presets import preset
+    """LLOME's configuration: the scale's preset (``<preset>-pretrained`` for a method that
+    starts from the shipped prior, or the preset with ``cpu-pretrained``'s changes where the
+    scale's preset has no such variant), its overrides, the run's schedule, rounds and seed."""
+    from llome_jax.llome.presets import PRESETS, preset, prior_for_function
 
+    name = scale.llome_preset
     overrides: dict[str, Any] = dict(scale.llome_overrides)
+    if spec.method in PRIOR_METHODS:
+        if f"{name}-pretrained" in PRESETS:
+            name = f"{name}-pretrained"
+        else:
+            overrides.update(
+                {
+                    "weights": "prior:" + prior_for_function(spec.function),
+                    "finetune.first_round_learning_rate": None,
+                    "finetune.first_round_epochs": None,
+                    "finetune.first_round_min_steps": 0,
+                }
+            )
     if spec.schedule is not None:
         overrides["schedule"] = spec.schedule
     # a named paper instance carries its own instance: the smoke preset's instance_seed must go
     return preset(
-        scale.llome_preset,
+        name,
         function=spec.function,
         instance_seed=None,
         rounds=scale.rounds,
@@ -336,6 +382,7 @@ def _lambo_config(spec: RunSpec, scale: Scale, llome_cfg: Any):
         "seed": spec.seed,
         "ga_generations": llome_cfg.ga_generations,
         "ga_particles": llome_cfg.ga.num_particles,
+        "ga_mutation_prob": llome_cfg.ga.mutation_prob,
         "num_samples": llome_cfg.filter.num_selected,
     }
     return optimizer.preset(scale.lambo_preset, **overrides)
@@ -357,61 +404,44 @@ def _ga_config(spec: RunSpec, scale: Scale, llome_cfg: Any):
     )
 
 
-#: A run short of its label budget gets more rounds, up to this many times ``scale.rounds``.
+#: A run's round cap under its label budget: this many times ``scale.rounds`` (the budget, not
+#: the cap, ends a run: LLOME pays fewer than ``j`` in a round with few valid candidates, and
+#: LaMBO-2 under ``pay_once`` does not pay for proposals it knows, so they may need more rounds).
 MAX_ROUNDS_FACTOR = 2
 
 
 def _budget_after_round0(scale: Scale) -> int:
-    """Labels after round 0 each run should pay: ``rounds x j`` (the paper's 20K at cpu scale)."""
+    """Labels after round 0 each run pays: ``rounds x j`` (the paper's 20K at cpu scale)."""
     from llome_jax.llome.presets import preset
 
     j = preset(scale.llome_preset, **dict(scale.llome_overrides)).filter.num_selected
     return scale.rounds * int(j)
 
 
-def _short_of_budget(path: pathlib.Path, scale: Scale) -> bool:
-    """Whether a run paid fewer than the budget's labels after round 0 and did not stop early
-    (LLOME pays fewer than ``j`` in a round with few valid candidates; LaMBO-2 under
-    ``pay_once`` does not pay for proposals it knows), so it may take more rounds."""
-    from llome_jax.rundir import RunDirectory
-
-    run = RunDirectory(path)
-    records = run.rounds()
-    if not records or run.stop_reason():
-        return False
-    paid = records[-1]["num_evaluations"] - records[0]["num_evaluations"]
-    return paid < _budget_after_round0(scale) and records[-1]["round"] < (
-        MAX_ROUNDS_FACTOR * scale.rounds
-    )
-
-
 def run_one(spec: RunSpec, scale: Scale, path: pathlib.Path, progress: bool) -> str:
     """Run, resume or skip (``done.json``) one run; returns ``"skipped"``, ``"new"``,
     ``"resumed"`` or ``"busy"`` (another process holds the run directory: it is left to that one).
 
-    Equal label budgets: a run that has paid fewer labels after round 0 than ``rounds x j`` (and
-    did not stop early) gets one more round at a time until it has (at most
-    ``MAX_ROUNDS_FACTOR x rounds`` rounds), so every method is compared at the paper's budget."""
+    Equal label budgets: every run pays exactly ``rounds x j`` labels after round 0 (the round
+    driver's ``budget``; its last round labels only what is left), within at most
+    ``MAX_ROUNDS_FACTOR x rounds`` rounds, unless it stops early."""
     done = path / "done.json"
-    if done.exists() and not (spec.kind != "ga" and _short_of_budget(path, scale)):
+    if done.exists():
         return "skipped"
-    done.unlink(missing_ok=True)
     resume = (path / "config.json").exists()
     log = (lambda line: print(f"  [{spec.name}] {line}", flush=True)) if progress else None
-    options: dict[str, Any] = {"resume": resume, "progress": progress}
+    options: dict[str, Any] = {
+        "resume": resume,
+        "progress": progress,
+        "budget": _budget_after_round0(scale),
+    }
     if log is not None:
         options["log"] = log
-    llome_cfg = _llome_config(spec, scale)
+    capped = dataclasses.replace(scale, rounds=MAX_ROUNDS_FACTOR * scale.rounds)
     from llome_jax.rundir import RunDirectory, RunDirectoryInUseError
 
     try:
-        result = _run_kind(spec, scale, llome_cfg, path, options)
-        rounds = max(scale.rounds, RunDirectory(path).rounds()[-1]["round"])
-        while spec.kind != "ga" and not result.stop_reason and _short_of_budget(path, scale):
-            rounds += 1
-            more = dataclasses.replace(scale, rounds=rounds)
-            options["resume"] = True
-            result = _run_kind(spec, more, _llome_config(spec, more), path, options)
+        result = _run_kind(spec, capped, _llome_config(spec, capped), path, options)
     except RunDirectoryInUseError:
         return "busy"
     last = RunDirectory(path).rounds()[-1]["round"]
@@ -436,6 +466,19 @@ def _run_kind(
         from llome_jax.lambo2 import optimizer
 
         return optimizer.run(_lambo_config(spec, scale, llome_cfg), path, **options)
+    if spec.kind == "local_search":
+        sys.path.insert(0, str(HERE))
+        import local_search  # experiments/local_search.py
+
+        return local_search.run_directory_run(
+            spec.function,
+            spec.seed,
+            path,
+            budget=options["budget"],
+            resume=options["resume"],
+            per_round=int(llome_cfg.filter.num_selected),
+            preset_name=scale.llome_preset,
+        )
     from llome_jax import ga_optimizer
 
     return ga_optimizer.run(_ga_config(spec, scale, llome_cfg), path, **options)
@@ -517,8 +560,15 @@ def _write_csv(path: pathlib.Path, header: Sequence[str], rows: Sequence[Sequenc
     path.write_text(buffer.getvalue())
 
 
-def _curves(runs: dict[RunSpec, list[dict]]) -> dict[str, list[tuple[list, list]]]:
-    """method -> [(num_evaluations, min_regret) per seed] (rounds with a regret)."""
+def _curves(
+    runs: dict[RunSpec, list[dict]], out: pathlib.Path | None = None
+) -> dict[str, list[tuple[list, list]]]:
+    """method -> [(num_evaluations, min_regret) per seed] (rounds with a regret). With ``out``
+    (the plan's directory) a run's curve is ``RunDirectory.regret_curve``: for a ``pay_once``
+    run it holds each label that improved the min regret inside a round, so that :func:`_at`
+    reads it at exactly a label count, not at the last round before it."""
+    from llome_jax.rundir import RunDirectory
+
     curves: dict[str, list] = {}
     for spec, records in runs.items():
         points = [
@@ -526,6 +576,10 @@ def _curves(runs: dict[RunSpec, list[dict]]) -> dict[str, list[tuple[list, list]
             for r in records
             if r.get("min_regret") is not None
         ]
+        path = None if out is None else out / "runs" / spec.name
+        if points and len(points) == len(records) and path is not None and path.is_dir():
+            x, y = RunDirectory(path).regret_curve("min_regret")
+            points = [(int(e), float(g)) for e, g in zip(x, y)]
         if points:
             curves.setdefault(spec.method, []).append(
                 ([p[0] for p in points], [p[1] for p in points])
@@ -538,11 +592,13 @@ def _at(x: Sequence[int], y: Sequence[float], budget: float) -> float:
     return min(within) if within else float("nan")
 
 
-def _summary(curves: dict[str, list], after: float) -> dict[str, dict[str, float]]:
+def _summary(curves: dict[str, list], after: float) -> dict[str, dict[str, Any]]:
     """method -> median / min / max over seeds of the min regret ``after`` labels past round 0
-    (each run's first point, its round 0, plus ``after``), seeds, and ``labels_paid``: the
+    (each run's first point, its round 0, plus ``after``), seeds, ``labels_paid``: the
     median over seeds of the labels a run paid after round 0 up to ``after`` (less for a run that
-    stopped early, whose last min regret counts)."""
+    stopped early, whose last min regret counts), ``values``: each run's min regret (the runs'
+    order, the same at every ``after``; the verdicts' per-seed values) and ``ci_low`` /
+    ``ci_high``: the median's 95 % percentile bootstrap interval (:func:`_median_ci`)."""
     out = {}
     for method, runs in curves.items():
         finals = np.array([_at(x, y, x[0] + after) for x, y in runs], np.float64)
@@ -550,14 +606,47 @@ def _summary(curves: dict[str, list], after: float) -> dict[str, dict[str, float
         keep = ~np.isnan(finals)
         finals, paid = finals[keep], paid[keep]
         if finals.size:
+            low, high = _median_ci(finals)
             out[method] = {
                 "median": float(np.median(finals)),
                 "min": float(finals.min()),
                 "max": float(finals.max()),
                 "seeds": int(finals.size),
                 "labels_paid": float(np.median(paid)),
+                "values": [float(v) for v in finals],
+                "ci_low": low,
+                "ci_high": high,
             }
     return out
+
+
+def _median_ci(values: Sequence[float | None]) -> tuple[float | None, float | None]:
+    """The median's 95 % percentile bootstrap interval over runs (``llome_jax.stats``: 10,000
+    resamples, seed 0, so a redraw gives the same numbers); ``None`` where a value is missing or
+    there is none."""
+    from llome_jax.stats import bootstrap_interval
+
+    if not len(values) or any(v is None for v in values):
+        return None, None
+    return bootstrap_interval([float(v) for v in values if v is not None])
+
+
+#: the columns of a table of medians over seeds at the budget
+MEDIAN_HEADER = [
+    "method",
+    "seeds",
+    "median_min_regret",
+    "median_ci95_low",
+    "median_ci95_high",
+    "min",
+    "max",
+]
+#: the report's note under a table of medians
+CI_NOTE = (
+    "Medians are over seeds (runs); `95% CI`: the median's percentile bootstrap interval "
+    "(10,000 resamples, seed 0). With 3 seeds it spans nearly their range: it shows how little "
+    "a few seeds pin a median down."
+)
 
 
 def _finals(curves: dict[str, list], after: float) -> dict[str, list[float]]:
@@ -685,7 +774,7 @@ def figure_solver(ctx: Context) -> tuple[str, list[Verdict]]:
     stops = []
     for function in ctx.scale.functions:
         selected = ctx.select("solver", function)
-        curves = _curves(selected)
+        curves = _curves(selected, ctx.out)
         panels[function] = curves
         if early := _early_stops(ctx, selected):
             stops.append(f"{function}: {early}")
@@ -698,6 +787,8 @@ def figure_solver(ctx: Context) -> tuple[str, list[Verdict]]:
                     s["seeds"],
                     ctx.budget,
                     s["median"],
+                    s["ci_low"],
+                    s["ci_high"],
                     s["min"],
                     s["max"],
                     int(s["labels_paid"]),
@@ -707,9 +798,11 @@ def figure_solver(ctx: Context) -> tuple[str, list[Verdict]]:
         if function in EASY_OR_HARD:
             found.append(vd.solver_all_comparable(function, summary))
         if function in MEDIUM:
-            found.append(vd.solver_medium_pair_outperforms(function, summary))
+            found.append(
+                vd.solver_medium_pair_outperforms(function, summary, _quantization(function))
+            )
         if method := PAPER_BEST_METHOD.get(function):
-            found.append(vd.solver_best(function, method, summary))
+            found.append(vd.solver_best(function, method, summary, _quantization(function)))
         verdicts += [ctx.check(v, selected) for v in found]
     _plot_curves(ctx.out / "solver.png", panels)
     header = [
@@ -718,12 +811,15 @@ def figure_solver(ctx: Context) -> tuple[str, list[Verdict]]:
         "seeds",
         "labels_after_round_0",
         "median_min_regret",
+        "median_ci95_low",
+        "median_ci95_high",
         "min",
         "max",
         "median_labels_paid",
     ]
     _write_csv(ctx.out / "solver.csv", header, rows)
     text.append(_table(header, rows))
+    text.append(CI_NOTE)
     if stops:  # their last min regret counts at the budget
         text.append(
             "Runs that stopped before their budget (their last min regret counts; "
@@ -832,7 +928,15 @@ def figure_diversity(ctx: Context) -> tuple[str, list[Verdict]]:
         return None if any(v is None for v in runs) else float(np.median(runs))
 
     table = [
-        [m, len(unique[m]), median(unique[m]), median(feasible[m]), measured_on[m]]
+        [
+            m,
+            len(unique[m]),
+            median(unique[m]),
+            *_median_ci(unique[m]),
+            median(feasible[m]),
+            *_median_ci(feasible[m]),
+            measured_on[m],
+        ]
         for m in sorted(unique)
     ]
     dpo_u, dpo_f = series.get("LLOME-DPO", ([], []))
@@ -850,7 +954,11 @@ def figure_diversity(ctx: Context) -> tuple[str, list[Verdict]]:
             "method",
             "runs",
             "median frac_unique (mean of rounds >= 1)",
+            "95% CI low",
+            "95% CI high",
             "median frac_feasible",
+            "95% CI low",
+            "95% CI high",
             "measured on",
         ],
         table,
@@ -859,7 +967,7 @@ def figure_diversity(ctx: Context) -> tuple[str, list[Verdict]]:
         "LLOME is measured on what it generated, before the Filter (whose infeasible cap sets "
         "the labelled rows' feasibility); the GA and LaMBO-2 on what they proposed. n/a: the "
         "run did not record it that way (a GA run recorded before `num_proposals` measured "
-        "uniqueness on its de-duplicated archive, 1.0 by construction)."
+        "uniqueness on its de-duplicated archive, 1.0 by construction). " + CI_NOTE
     )
     return body + "\n\n" + note, verdicts
 
@@ -986,7 +1094,7 @@ def figure_sft_marge(ctx: Context) -> tuple[str, list[Verdict]]:
 
     curves: dict[str, list] = {}
     for spec, records in specs.items():
-        for runs in _curves({spec: records}).values():
+        for runs in _curves({spec: records}, ctx.out).values():
             curves.setdefault(label(spec), []).extend(runs)
     _plot_curves(ctx.out / "sft_marge.png", {"f2: SFT_i-MargE_j": curves})
     summary = _summary(curves, ctx.budget)
@@ -994,22 +1102,42 @@ def figure_sft_marge(ctx: Context) -> tuple[str, list[Verdict]]:
     _plot_calibration(ctx.out / "sft_marge_calibration.png", _calibration_rows(logged))
     rho = {p: vd.spearman_feasible(lik, val) for p, (lik, val) in logged.items()}
     rows = [
-        [m, s["seeds"], s["median"], s["min"], s["max"], rho.get(m, (float("nan"), 0))[0]]
+        [
+            m,
+            s["seeds"],
+            s["median"],
+            s["ci_low"],
+            s["ci_high"],
+            s["min"],
+            s["max"],
+            rho.get(m, (float("nan"), 0))[0],
+        ]
         for m, s in sorted(summary.items())
     ]
-    header = ["pipeline", "seeds", "median_min_regret", "min", "max", "spearman_rho_feasible"]
+    header = [
+        "pipeline",
+        "seeds",
+        "median_min_regret",
+        "median_ci95_low",
+        "median_ci95_high",
+        "min",
+        "max",
+        "spearman_rho_feasible",
+    ]
     _write_csv(ctx.out / "sft_marge.csv", header, rows)
     first, last = sft_marge_label(1, rounds), sft_marge_label(rounds, rounds)
     verdicts = [
         ctx.check(vd.sft_marge_sole_optimum(first, _finals(curves, ctx.budget)), specs),
         vd.sft_marge_best_calibration(first, rho),
-        ctx.check(vd.sft_marge_intermediate_worst(summary, first, last), specs),
+        ctx.check(
+            vd.sft_marge_intermediate_worst(summary, first, last, _quantization("f2")), specs
+        ),
     ]
     curves = (
         "\n\nCalibration curves (`sft_marge_calibration.png`):\n\n"
         "![likelihood vs regret per SFT_i-MargE_j pipeline](sft_marge_calibration.png)"
     )
-    return _table(header, rows) + curves, verdicts
+    return _table(header, rows) + f"\n\n{CI_NOTE}" + curves, verdicts
 
 
 def _regret_by_round(records: list[dict]) -> list[float]:
@@ -1020,11 +1148,14 @@ def _regret_by_round(records: list[dict]) -> list[float]:
 
 def figure_reinforce(ctx: Context) -> tuple[str, list[Verdict]]:
     selected = ctx.select("reinforce", "f2")
-    curves = _curves(selected)
+    curves = _curves(selected, ctx.out)
     _plot_curves(ctx.out / "reinforce.png", {"f2: MargE vs REINFORCE": curves})
     summary = _summary(curves, ctx.budget)
-    rows = [[m, s["seeds"], s["median"], s["min"], s["max"]] for m, s in sorted(summary.items())]
-    header = ["method", "seeds", "median_min_regret", "min", "max"]
+    rows = [
+        [m, s["seeds"], s["median"], s["ci_low"], s["ci_high"], s["min"], s["max"]]
+        for m, s in sorted(summary.items())
+    ]
+    header = MEDIAN_HEADER
     _write_csv(ctx.out / "reinforce.csv", header, rows)
     reinforce = [
         _regret_by_round(r)
@@ -1032,14 +1163,15 @@ def figure_reinforce(ctx: Context) -> tuple[str, list[Verdict]]:
         if s.method == "LLOME-REINFORCE"
     ]
     verdicts = [
-        vd.reinforce_decreases_regret(reinforce),
+        vd.reinforce_decreases_regret(reinforce, _quantization("f2")),
         vd.reinforce_plateaus_early(reinforce, ctx.scale.rounds),
         vd.reinforce_never_optimal(reinforce),
-        ctx.check(vd.reinforce_marge_ends_lower(summary), selected),
+        ctx.check(vd.reinforce_marge_ends_lower(summary, _quantization("f2")), selected),
     ]
     per_run = "; ".join(" -> ".join(f"{v:.3f}" for v in r) for r in reinforce)
     return (
-        _table(header, rows) + f"\n\nLLOME-REINFORCE min regret by round: {per_run or 'none'}.",
+        _table(header, rows)
+        + f"\n\n{CI_NOTE}\n\nLLOME-REINFORCE min regret by round: {per_run or 'none'}.",
         verdicts,
     )
 
@@ -1176,20 +1308,26 @@ def figure_selection(ctx: Context) -> tuple[str, list[Verdict]]:
 
 def figure_half_quant(ctx: Context) -> tuple[str, list[Verdict]]:
     selected = ctx.select("half_quant", HALF)
-    curves = _curves(selected)
+    curves = _curves(selected, ctx.out)
     _plot_curves(ctx.out / "half_quant.png", {HALF: curves})
     summary = _summary(curves, ctx.budget)
-    rows = [[m, s["seeds"], s["median"], s["min"], s["max"]] for m, s in sorted(summary.items())]
-    header = ["method", "seeds", "median_min_regret", "min", "max"]
+    rows = [
+        [m, s["seeds"], s["median"], s["ci_low"], s["ci_high"], s["min"], s["max"]]
+        for m, s in sorted(summary.items())
+    ]
+    header = MEDIAN_HEADER
     _write_csv(ctx.out / "half_quant.csv", header, rows)
     last_round: dict[str, int] = {}
     for spec, records in selected.items():
         last = max(int(r["round"]) for r in records)
         last_round[spec.method] = max(last_round.get(spec.method, 0), last)
-    verdict = ctx.check(vd.half_quant_marge_best(summary, last_round), selected)
+    verdict = ctx.check(
+        vd.half_quant_marge_best(summary, last_round, _quantization(HALF)), selected
+    )
     stops = _early_stops(ctx, selected)
     return (
         _table(header, rows)
+        + f"\n\n{CI_NOTE}"
         + (f"\n\nRuns that stopped before their budget: {stops}." if stops else ""),
         [verdict],
     )
@@ -1219,7 +1357,7 @@ TINY = "LLOME-MargE (tiny, from scratch)"
 
 def figure_model_size(ctx: Context) -> tuple[str, list[Verdict]]:
     selected = ctx.select("model_size", "f2", ("LLOME-MargE", "LaMBO-2"))
-    curves = _curves(selected)
+    curves = _curves(selected, ctx.out)
     _plot_curves(
         ctx.out / "model_size.png",
         {"f2": {(TINY if m == "LLOME-MargE" else m): c for m, c in curves.items()}},
@@ -1233,10 +1371,28 @@ def figure_model_size(ctx: Context) -> tuple[str, list[Verdict]]:
     rows = []
     for after, s in [*points, (ctx.budget, _summary(curves, ctx.budget))]:
         rows += [
-            [TINY if m == "LLOME-MargE" else m, after, v["seeds"], v["median"], v["min"], v["max"]]
+            [
+                TINY if m == "LLOME-MargE" else m,
+                after,
+                v["seeds"],
+                v["median"],
+                v["ci_low"],
+                v["ci_high"],
+                v["min"],
+                v["max"],
+            ]
             for m, v in sorted(s.items())
         ]
-    header = ["method", "labels_after_round_0", "seeds", "median_min_regret", "min", "max"]
+    header = [
+        "method",
+        "labels_after_round_0",
+        "seeds",
+        "median_min_regret",
+        "median_ci95_low",
+        "median_ci95_high",
+        "min",
+        "max",
+    ]
     _write_csv(ctx.out / "model_size.csv", header, rows)
     q = _quantization("f2")
     at_end = _summary(curves, ctx.budget)
@@ -1252,7 +1408,7 @@ def figure_model_size(ctx: Context) -> tuple[str, list[Verdict]]:
         f"labels_after_round_0 <= {mark}; a quantisation level of f2 (q = {q}) at regret r is "
         "(1 - r) / q."
     )
-    return _table(header, rows) + f"\n\n{note}", verdicts
+    return _table(header, rows) + f"\n\n{CI_NOTE} {note}", verdicts
 
 
 def _hypervolume(x: Sequence[int], y: Sequence[float], after: float) -> float:
@@ -1271,8 +1427,7 @@ def figure_difficulty_pareto(ctx: Context) -> tuple[str, list[Verdict]]:
     parts, verdicts = [], []
     path = ctx.out / "runs" / "ga_difficulty" / "curves.csv"
     diff_rows = []
-    ranges: dict[str, float] = {}
-    sweep_seeds = 0
+    ranges: dict[str, list[float]] = {}
     if path.exists():
         with open(path, newline="") as stream:
             data = list(csv.DictReader(stream))
@@ -1281,21 +1436,52 @@ def figure_difficulty_pareto(ctx: Context) -> tuple[str, list[Verdict]]:
             per.setdefault((row["parameter"], row["value"]), {}).setdefault(
                 int(row["seed"]), []
             ).append(float(row["min_regret"]))
-        areas: dict[str, list[float]] = {}
+        by_seed: dict[str, dict[int, list[float]]] = {}  # parameter -> seed -> per value
         for (p, v), seeds in per.items():
             mean_curve = float(np.mean([np.mean(c) for c in seeds.values()]))
-            final = float(np.median([c[-1] for c in seeds.values()]))
-            diff_rows.append([p, v, len(seeds), mean_curve, final])
-            areas.setdefault(p, []).append(mean_curve)
-        ranges = {p: max(a) - min(a) for p, a in areas.items()}
-        sweep_seeds = min(len(seeds) for seeds in per.values())
+            finals = [c[-1] for c in seeds.values()]
+            final = float(np.median(finals))
+            diff_rows.append([p, v, len(seeds), mean_curve, final, *_median_ci(finals)])
+            for seed, c in seeds.items():
+                by_seed.setdefault(p, {}).setdefault(seed, []).append(float(np.mean(c)))
+        # per seed, the range over a parameter's values of the run's mean regret (seeds that
+        # ran every value of the parameter): the verdict's per-seed values
+        values_of = {p: len({v for q, v in per if q == p}) for p in by_seed}
+        ranges = {
+            p: [max(c) - min(c) for _, c in sorted(seeds.items()) if len(c) == values_of[p]]
+            for p, seeds in by_seed.items()
+        }
         parts.append(
             _table(
-                ["parameter", "value", "seeds", "mean regret over the run", "median final regret"],
+                [
+                    "parameter",
+                    "value",
+                    "seeds",
+                    "mean regret over the run",
+                    "median final regret",
+                    "95% CI low",
+                    "95% CI high",
+                ],
                 diff_rows,
             )
         )
-    verdicts.append(vd.ga_difficulty_q_strongest(ranges, sweep_seeds))
+        parts.append(
+            _table(
+                [
+                    "parameter",
+                    "seeds",
+                    "median range of the mean regret over its values",
+                    "95% CI low",
+                    "95% CI high",
+                ],
+                [
+                    [p, len(r), float(np.median(r)) if r else None, *_median_ci(r)]
+                    for p, r in sorted(ranges.items())
+                ],
+            )
+            + f"\n\n{CI_NOTE}"
+        )
+    verdicts.append(vd.ga_difficulty_q_strongest(ranges))
     # Pareto frontier over every finished run: (budget, min regret) points per method; the
     # hypervolume is over the labels after round 0 (the GA seed data, common to every method)
     hv_by_function: dict[str, dict[str, list[float]]] = {}
@@ -1335,10 +1521,31 @@ def figure_difficulty_pareto(ctx: Context) -> tuple[str, list[Verdict]]:
             return None
         return float(np.mean([np.mean(per[f]) for f in common]))
 
+    from llome_jax.stats import bootstrap_interval_stratified
+
+    def on_common(family: str) -> dict[str, list[float]] | None:
+        """The family's per-run hypervolumes on each common function (the verdict's values)."""
+        per = hv_by_function.get(family, {})
+        if not common or any(f not in per for f in common):
+            return None
+        return {f: per[f] for f in common}
+
     table = []
     for m, per in sorted(hv_by_function.items()):
         areas = [a for runs in per.values() for a in runs]
-        table.append([m, len(areas), float(np.mean(areas)), ", ".join(sorted(per)), common_mean(m)])
+        strata = list((on_common(m) or {}).values())
+        low, high = bootstrap_interval_stratified(strata) if strata else (None, None)
+        table.append(
+            [
+                m,
+                len(areas),
+                float(np.mean(areas)),
+                ", ".join(sorted(per)),
+                common_mean(m),
+                low,
+                high,
+            ]
+        )
     _write_csv(
         ctx.out / "difficulty_pareto.csv",
         ["kind", "a", "b", "c", "d"],
@@ -1379,18 +1586,18 @@ def figure_difficulty_pareto(ctx: Context) -> tuple[str, list[Verdict]]:
                 f"mean hypervolume (K labels x regret over {ctx.budget} labels after round 0)",
                 "functions",
                 f"mean over {', '.join(common) or '(no common function)'}",
+                "95% CI low",
+                "95% CI high",
             ],
             table,
         )
+        + "\n\nThe hypervolume compared is a mean (over the common functions of the mean over "
+        "a function's runs), not a median; `95% CI`: its percentile bootstrap interval, runs "
+        "resampled within each function (10,000 resamples, seed 0)."
     )
-    hvm = {m: c for m, _, _, _, c in table}
-    runs_on_common = {
-        m: sum(len(per[f]) for f in common if f in per) for m, per in hv_by_function.items()
-    }
+    hypervolumes = {m: on_common(m) for m in hv_by_function}
     for variant in ("LLOME-SFT", "LLOME-MargE", "LLOME-DPO"):
-        verdicts.append(
-            ctx.check(vd.pareto_llome_variant_below(variant, hvm, runs_on_common), ctx.runs)
-        )
+        verdicts.append(ctx.check(vd.pareto_llome_variant_below(variant, hypervolumes), ctx.runs))
     return "\n\n".join(parts), verdicts
 
 
@@ -1591,9 +1798,9 @@ def write_report(
             "",
             f"Label accounting of this figure's runs: {_accounting_line(ctx, specs)}.",
             "",
-            "**Verdicts** (one per claim, `experiments/verdicts.py`):",
+            "**Verdicts** (one per claim, `experiments/verdicts.py`; with test, n and p):",
             "",
-            *(f"- {v.claim}: **{v.verdict}** ({v.reason})" for v in found),
+            *(f"- {v.claim}: **{v.verdict}** ({v.reason}) [{vd.stated_test(v)}]" for v in found),
             "",
         ]
     counts = {k: sum(v.verdict == k for v in every) for k in vd.OUTCOMES}
@@ -1643,6 +1850,14 @@ def write_report(
         "decide); none is combined. Over all claims: "
         + ", ".join(f"{k} {n}" for k, n in counts.items())
         + ".",
+        "",
+        "A comparison over seeds (of methods, or of one method at two points) agrees or "
+        "disagrees only when its rule (medians a quantisation level or more apart, or their "
+        "strict order where there are no levels) and its exact test on the per-seed values (a "
+        f"two-sided permutation or sign-flip test at alpha = {vd.ALPHA}; TOST for 'comparably') "
+        "both say so; otherwise it is inconclusive, with the direction and p. Each verdict lists "
+        "its test, n and p. 3 seeds against 3 cannot reach p < 0.05: the smallest two-sided p "
+        "of an exact permutation test is 2 / C(6, 3) = 0.1.",
         "",
         "| figure | verdicts |",
         "|---|---|",
@@ -1733,12 +1948,12 @@ def _figures_arg(text: str | None) -> list[str]:
 
 def _methods_arg(text: str | None) -> list[str]:
     if not text:
-        return list(METHODS)
-    lookup = {m.lower(): m for m in METHODS}
+        return list(DEFAULT_METHODS)
+    lookup = {m.lower(): m for m in [*METHODS, *F2_METHODS]}
     out = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
         if part.lower() not in lookup:
-            raise ValueError(f"unknown method {part!r}; choose from {', '.join(METHODS)}")
+            raise ValueError(f"unknown method {part!r}; choose from {', '.join(lookup.values())}")
         out.append(lookup[part.lower()])
     return list(dict.fromkeys(out))
 

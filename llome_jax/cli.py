@@ -7,7 +7,9 @@ never touches this file. Command modules keep heavy imports inside ``run`` so ``
 Bad input (a ``ValueError``, an ``OSError`` such as a missing or unreadable file, a run directory
 in use) ends a command with one line ``llome-jax COMMAND: error: ...`` on stderr and exit code 2;
 the commands check their input before they write anything. A resume that has nothing to do
-(``rundir.NothingToDoError``) says so on stdout and exits 0.
+(``rundir.NothingToDoError``) says so on stdout and exits 0. Ctrl-C (exit 130) and SIGTERM
+(exit 143) end a run with one line, no traceback: what the run directory kept (the rounds up to
+its last checkpoint) and the ``--resume`` command that continues it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -67,8 +70,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     from llome_jax.rundir import NothingToDoError, RunDirectoryInUseError
 
+    previous = signal.signal(signal.SIGTERM, _terminated) if _main_thread() else None
     try:
         return int(args._run(args) or 0)
+    except (KeyboardInterrupt, Terminated) as stop:
+        code = 143 if isinstance(stop, Terminated) else 130
+        print(f"llome-jax {args.command}: {_interrupted(args, stop)}", file=sys.stderr)
+        return code
     except NothingToDoError as done:  # a resume asking for fewer rounds than the run holds
         print(f"llome-jax {args.command}: {_one_line(done)}")
         return 0
@@ -76,6 +84,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         # bad input (files included): one line, exit 2; the commands check before writing
         print(f"llome-jax {args.command}: error: {_one_line(error)}", file=sys.stderr)
         return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that the run stops as after Ctrl-C."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _interrupted(args: argparse.Namespace, stop: BaseException) -> str:
+    """One line for Ctrl-C / SIGTERM: what the run directory kept and the command that
+    continues it (a round interrupted midway is recomputed from the last checkpoint; no label
+    is lost)."""
+    import pathlib
+
+    what = "interrupted (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
+    out = getattr(args, "out", None)
+    if out is None or not (pathlib.Path(out) / "config.json").is_file():
+        return f"{what}; nothing to resume."
+    from llome_jax.run_integrity import checkpoint_steps
+
+    steps = checkpoint_steps(pathlib.Path(out))
+    if not steps:
+        return f"{what} before round 0 was saved; start it again (nothing to resume)."
+    resume = f"llome-jax {args.command} --resume --out {out}"
+    return (
+        f"{what}; {out} keeps rounds 0-{steps[-1]} (labels and checkpoint); continue with: {resume}"
+    )
 
 
 def _one_line(error: BaseException) -> str:

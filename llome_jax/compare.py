@@ -27,6 +27,8 @@ __all__ = [
     "Run",
     "SummaryRow",
     "common_budget",
+    "extended",
+    "labels_read",
     "load_runs",
     "method_label",
     "problem_text",
@@ -49,6 +51,9 @@ class Run:
       evaluations: float ``[T]`` oracle labels after each round.
       values: float ``[T]`` the metric after each round (min regret, or best value so far).
       metric: ``"min_regret"`` (lower is better) or ``"best_value"`` (higher is better).
+      exact: the curve has label resolution (``RunDirectory.label_steps``: a ``pay_once`` run),
+        so :func:`value_at` reads it at exactly a label count; otherwise at the last round end
+        within it.
     """
 
     label: str
@@ -57,6 +62,9 @@ class Run:
     evaluations: np.ndarray
     values: np.ndarray
     metric: str
+    exact: bool = False
+    #: why the run ended early ("" when it did not: finished its rounds or budget, or running)
+    stop_reason: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +81,8 @@ class SummaryRow:
     low: float
     high: float
     ended_before: int
+    #: the label count each run was read at (:func:`labels_read`)
+    labels: tuple[int, ...] = ()
 
 
 def method_label(config: dict[str, Any]) -> str:
@@ -184,7 +194,15 @@ def load_runs(arguments: Sequence[str], *, allow_mixed: bool = False) -> list[Ru
             "is only meaningful on one (allow_mixed / --allow-mixed to do it anyway)."
         )
     return [
-        Run(label, directory.path, problem, *directory.regret_curve(metric), metric)
+        Run(
+            label,
+            directory.path,
+            problem,
+            *directory.regret_curve(metric),
+            metric,
+            directory.label_steps(metric) is not None,
+            directory.stop_reason(),
+        )
         for label, directory, problem, _ in loaded
     ]
 
@@ -198,9 +216,33 @@ def value_at(run: Run, budget: float) -> float:
     return float(within.min() if run.metric == "min_regret" else within.max())
 
 
+def labels_read(run: Run, budget: float) -> int:
+    """The label count :func:`value_at` reads ``run`` at: ``budget`` itself for an exact curve
+    that reached it, else the last round end within it (its final count for a run that ended
+    before; 0 when no round ended within it)."""
+    within = run.evaluations[run.evaluations <= budget]
+    if run.exact and run.evaluations[-1] >= budget:
+        return int(budget)
+    return int(within.max()) if within.size else 0
+
+
 def common_budget(runs: Sequence[Run]) -> int:
-    """The largest label budget every run has reached: the smallest final ``num_evaluations``."""
-    return int(min(run.evaluations[-1] for run in runs))
+    """The default budget: the largest label count every run that did not stop early has
+    reached (the smallest of their final ``num_evaluations``; a run that stopped early keeps
+    its final value at any budget), raised to the largest round 0 if that is more, so that no
+    run reads n/a (a run still short of it is read at its last round and counted in
+    ``ended_before``)."""
+    going = [run.evaluations[-1] for run in runs if not run.stop_reason]
+    budget = min(going) if going else max(run.evaluations[-1] for run in runs)
+    return int(max(budget, max(run.evaluations[0] for run in runs)))
+
+
+def extended(run: Run, until: float) -> tuple[np.ndarray, np.ndarray]:
+    """The run's curve for a plot of a group: a run that stopped early keeps its final value
+    up to ``until`` (so a median over the group is drawn over it, as the tables read it)."""
+    if not run.stop_reason or run.evaluations[-1] >= until:
+        return run.evaluations, run.values
+    return np.append(run.evaluations, until), np.append(run.values, run.values[-1])
 
 
 def summarise(runs: Sequence[Run], budget: float) -> list[SummaryRow]:
@@ -217,5 +259,6 @@ def summarise(runs: Sequence[Run], budget: float) -> list[SummaryRow]:
             else (math.nan, math.nan, math.nan)
         )
         ended = sum(run.evaluations[-1] < budget for run in group)
-        rows.append(SummaryRow(label, int(budget), runs[0].metric, values, *stats, ended))
+        read = tuple(labels_read(run, budget) for run in group)
+        rows.append(SummaryRow(label, int(budget), runs[0].metric, values, *stats, ended, read))
     return rows

@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from llome_jax import configs, ga
@@ -55,7 +56,11 @@ __all__ = ["MAX_GENERATIONS_PER_ROUND", "GARoundState", "GARunConfig", "GeneticA
 MAX_GENERATIONS_PER_ROUND = 50
 
 #: Settings added after runs were recorded, with the values that reproduce those runs.
-LEGACY_VALUES = {"accounting": "every_evaluation", "constraint_queries": "off"}
+LEGACY_VALUES = {
+    "accounting": "every_evaluation",
+    "constraint_queries": "off",
+    "labels_per_round": None,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +71,13 @@ class GARunConfig:
       function / instance_seed: the Ehrlich function (``ehrlich.resolve_function``) [f2].
       seed: run seed. rounds: rounds after round 0 [10].
       initial_generations: ``n0``, the generations of round 0 [10].
-      generations_per_round: ``G``, the generations of every later round [2: ``2 n`` labels].
+      generations_per_round: ``G``: with ``every_evaluation``, the generations of every later
+        round; with ``pay_once``, a round pays ``G n`` new labels [2: 2,000] unless
+        ``labels_per_round`` is given.
+      labels_per_round: with ``pay_once``, exactly the new labels a round pays (its generations
+        run until it has; the generation that completes it labels only what is left and is
+        drawn again by the next round, which pays only the rest) [``None``: at least ``G n``,
+        whole generations].
       ga: the GA's settings (population ``n``, ``alpha``, ``p_m``, ``p_r``; the paper's defaults).
       accounting: ``"pay_once"`` or ``"every_evaluation"`` (the paper's; module docstring).
       constraint_queries: ``"off"`` or ``"free"`` (the GA asks no constraint query either way).
@@ -81,13 +92,26 @@ class GARunConfig:
     ga: ga.GAConfig = dataclasses.field(default_factory=ga.GAConfig)
     accounting: str = "pay_once"
     constraint_queries: str = "off"
+    labels_per_round: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("rounds", "initial_generations", "generations_per_round"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer; got {value!r}")
+        labels = self.labels_per_round
+        if labels is not None and (
+            isinstance(labels, bool) or not isinstance(labels, int) or labels < 1
+        ):
+            raise ValueError(f"labels_per_round must be a positive integer; got {labels!r}")
         check_contract_settings(self.accounting, self.constraint_queries)
+
+    @property
+    def round_labels(self) -> int:
+        """The new labels a ``pay_once`` round pays: ``labels_per_round`` or ``G n``."""
+        if self.labels_per_round is not None:
+            return self.labels_per_round
+        return self.generations_per_round * self.ga.num_particles
 
     def replace(self, **overrides: Any) -> GARunConfig:
         """This configuration with settings replaced (dotted keys such as ``ga.num_particles``
@@ -184,12 +208,14 @@ class GeneticAlgorithm:
         proposals: tuple[np.ndarray, np.ndarray],
         x: np.ndarray,
         v: np.ndarray,
+        best: float | None = None,
     ) -> RoundResult:
         """The round's result: ``x``/``v`` go to ``evaluated.csv``; ``mean_regret``,
-        ``frac_feasible`` and ``frac_unique`` are over the ``proposals`` (particles, values)."""
+        ``frac_feasible`` and ``frac_unique`` are over the ``proposals`` (particles, values);
+        ``best``: the best label so far (default: the GA state's best-so-far)."""
         from llome_jax.metrics import regret, round_metrics
 
-        best = float(ga_state.best_value)
+        best = float(ga_state.best_value) if best is None else float(best)
         optimum, worst = self.objective.optimal_value, self.objective.worst_value
         best_regret = regret([best], optimum, worst)[0]
         px, pv = proposals
@@ -224,9 +250,9 @@ class GeneticAlgorithm:
 
     def init(self, key: jax.Array) -> tuple[GARoundState, RoundResult]:
         """Round 0: ``n0`` generations from the mutated copies of the start sequence."""
-        from llome_jax.llome.runtime import named_key
+        from llome_jax.runner import round0_key
 
-        ga_state, run_key = ga.start(named_key(key, "ga"), self._fn, self.x0, self.cfg.ga)
+        ga_state, run_key = ga.start(round0_key(key), self._fn, self.x0, self.cfg.ga)
         state = GARoundState(ga_state, run_key)
         n0 = self.cfg.initial_generations
         ga_state, particles, values = self._advance(state, 0, n0)
@@ -237,34 +263,75 @@ class GeneticAlgorithm:
     def round(
         self, state: GARoundState, *, progress: bool = False
     ) -> tuple[GARoundState, RoundResult | None]:
+        """The next block of generations. Under a label budget (``oracle.limit``) the round
+        ends at the generation that spends it: that generation's particles are labelled up to
+        the budget (:meth:`Oracle.affordable`, evaluation order) and the GA state stays before
+        it, so that a run extended later redraws the same generation and pays only the rest."""
         r = self.round_index(state) + 1
         per_round = self.cfg.generations_per_round
         g = int(state.ga_state.generation)
-        if not self.oracle.pay_once:
+        oracle = self.oracle
+        if not oracle.pay_once and (
+            oracle.remaining() is None
+            or oracle.remaining() >= per_round * self.cfg.ga.num_particles
+        ):
             ga_state, particles, values = self._advance(state, g, g + per_round)
             x, v = self._labelled(particles, values)
             new = GARoundState(ga_state, state.run_key, r)
             return new, self._result(r, ga_state, (particles, values), x, v)
-        budget = per_round * self.cfg.ga.num_particles
-        paid_before, ga_state = self.oracle.num_paid, state.ga_state
-        chunks: list[np.ndarray] = []
+        budget = self.cfg.round_labels
+        paid_before, ga_state = oracle.num_paid, state.ga_state
+        run_limit = oracle.limit
+        if self.cfg.labels_per_round is not None:  # exactly: the round's cut as the budget's
+            round_limit = paid_before + budget
+            oracle.limit = round_limit if run_limit is None else min(run_limit, round_limit)
+        chunks: list[tuple[np.ndarray, np.ndarray]] = []
+        cut_best = -np.inf  # the best label of a generation cut at the budget
         for step in range(MAX_GENERATIONS_PER_ROUND * per_round):
-            if self.oracle.num_paid - paid_before >= budget:
+            if oracle.num_paid - paid_before >= budget or oracle.remaining() == 0:
                 break
+            left = oracle.remaining()
+            kept = None  # the state before a generation the budget may end in (_advance donates)
+            if left is not None and left < self.cfg.ga.num_particles:
+                kept = jax.tree.map(jnp.copy, ga_state)
             current = GARoundState(ga_state, state.run_key, state.round)
-            ga_state, particles, values = self._advance(current, g + step, g + step + 1)
-            self.oracle.record_labels(particles, values)
+            advanced, particles, values = self._advance(current, g + step, g + step + 1)
+            cut = oracle.affordable(particles)
+            if cut < len(particles):  # the budget ends inside this generation
+                particles, values = particles[:cut], values[:cut]
+                self._record(particles, values)
+                chunks.append((particles, values))
+                cut_best = float(np.max(values, initial=-np.inf))
+                ga_state = kept
+                break
+            self._record(particles, values)
+            ga_state = advanced
             chunks.append((particles, values))
-        x, v = self.oracle.take_paid(self.objective.length)
+        round_full = oracle.remaining() == 0
+        oracle.limit = run_limit
+        x, v = oracle.take_paid(self.objective.length)
         stop = ""
-        if self.oracle.num_paid - paid_before < budget:
+        spent = round_full
+        if oracle.pay_once and not spent and oracle.num_paid - paid_before < budget:
             stop = (
-                f"the GA paid {self.oracle.num_paid - paid_before} of {budget} labels in "
+                f"the GA paid {oracle.num_paid - paid_before} of {budget} labels in "
                 f"{MAX_GENERATIONS_PER_ROUND * per_round} generations (it proposes little new)"
             )
-        proposals = (np.concatenate([c[0] for c in chunks]), np.concatenate([c[1] for c in chunks]))
+        length = self.objective.length
+        proposals = (
+            np.concatenate([c[0] for c in chunks]) if chunks else np.zeros((0, length), np.int32),
+            np.concatenate([c[1] for c in chunks]) if chunks else np.zeros(0),
+        )
         new = GARoundState(ga_state, state.run_key, r, stop)
-        return new, self._result(r, ga_state, proposals, x, v)
+        best = max(float(ga_state.best_value), cut_best)
+        return new, self._result(r, ga_state, proposals, x, v, best=best)
+
+    def _record(self, particles: np.ndarray, values: np.ndarray) -> None:
+        """Register one generation's particles (every one paid under ``every_evaluation``)."""
+        if self.oracle.pay_once:
+            self.oracle.record_labels(particles, values)
+        else:
+            self.oracle.record_labels(particles, values, num_paid=len(particles))
 
     def round_index(self, state: GARoundState) -> int:
         return int(state.round)
@@ -296,7 +363,7 @@ class GeneticAlgorithm:
 
     def round_line(self, record: Mapping[str, Any]) -> str:
         return (
-            f"round {record['round']}: {record['num_evaluations']} evaluations, "
+            f"round {record['round']}: {record['num_evaluations']} labels paid, "
             f"{progress_text(record)}, {record['num_generated']} particles"
         )
 

@@ -17,6 +17,11 @@ An optimizer learns values only through labels, and every label it pays for is c
   ``num_constraint_queries`` (this round) and ``cum_constraint_queries``.
 * **The start sequence** ``x0`` is part of the problem statement: its value (the GA's first
   best-so-far) is public to every optimizer and not counted.
+* **A label budget** (:attr:`Oracle.limit`, set by the round driver to round 0's labels plus the
+  run's ``budget``) caps the labels paid. An optimizer cuts its last proposals to
+  :meth:`Oracle.affordable` rows before it labels them, so that a run ends at exactly the budget;
+  a call that would still pay past the cap pays for the affordable rows only, returns NaN for the
+  others and sets :attr:`Oracle.truncated`.
 
 A traceable objective (an Ehrlich function, a jitted ``evaluate``) is a pure function, so the GA
 may recompute it inside its jitted generations: the oracle then registers the generations'
@@ -28,11 +33,20 @@ lookup would. A host objective is only ever called on sequences the oracle has n
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["ACCOUNTING", "CONSTRAINT_QUERIES", "LabelResult", "Oracle", "check_contract_settings"]
+__all__ = [
+    "ACCOUNTING",
+    "CONSTRAINT_QUERIES",
+    "LabelAboveOptimumError",
+    "LabelResult",
+    "Oracle",
+    "UnpaidLabelError",
+    "check_contract_settings",
+]
 
 #: ``accounting`` values: pay each distinct sequence once (default) or every evaluation (paper).
 ACCOUNTING = ("pay_once", "every_evaluation")
@@ -67,6 +81,10 @@ class LabelResult:
     @property
     def num_paid(self) -> int:
         return int(self.paid.sum())
+
+
+class LabelAboveOptimumError(ValueError):
+    """A label exceeds the objective's declared ``optimal_value`` (a contradiction)."""
 
 
 def _keys(x: np.ndarray) -> list[bytes]:
@@ -104,6 +122,10 @@ class Oracle:
         self._paid_v: list[np.ndarray] = []
         self.num_paid = 0
         self.num_constraint_queries = 0
+        #: the most labels the run may have paid in all (``None``: no cap); see ``affordable``
+        self.limit: int | None = None
+        #: whether a call was cut at :attr:`limit` (rows left unpaid, their values NaN)
+        self.truncated = False
 
     @property
     def pay_once(self) -> bool:
@@ -126,6 +148,31 @@ class Oracle:
         self._paid_x, self._paid_v = [], []
         self.num_paid = int(num_paid)
         self.num_constraint_queries = int(num_constraint_queries)
+
+    def remaining(self) -> int | None:
+        """Labels left under :attr:`limit` (``None`` without a cap)."""
+        return None if self.limit is None else max(0, self.limit - self.num_paid)
+
+    def affordable(self, x: Any) -> int:
+        """How many leading rows of ``x`` [n, L] can be labelled within :attr:`limit`: the
+        longest prefix whose paid rows (``pay_once``: distinct sequences not labelled yet, the
+        public start sequence excluded; ``every_evaluation``: every row) number at most
+        :meth:`remaining`; ``n`` without a cap."""
+        x = np.asarray(x, np.int32)
+        left = self.remaining()
+        if left is None or len(x) == 0:
+            return len(x)
+        if not self.pay_once:
+            return min(len(x), left)
+        self._know_start()
+        seen: set[bytes] = set()
+        for i, key in enumerate(_keys(x)):
+            if key in self._labels or key in seen:
+                continue
+            if len(seen) == left:
+                return i
+            seen.add(key)
+        return len(x)
 
     def is_labelled(self, x: Any) -> np.ndarray:
         """bool ``[n]``: which rows of ``x`` have a label."""
@@ -160,7 +207,20 @@ class Oracle:
 
     def _register(self, x: np.ndarray, v: np.ndarray) -> np.ndarray:
         """Store labels of rows not known yet; bool ``[n]``: the rows newly stored (first
-        occurrence of each unknown sequence)."""
+        occurrence of each unknown sequence).
+
+        Raises:
+          LabelAboveOptimumError: a label above the objective's ``optimal_value`` (its
+            declared optimum is wrong, and every regret would be too)."""
+        optimum = getattr(self.objective, "optimal_value", None)
+        if optimum is not None and len(v):
+            top = float(np.max(np.where(np.isnan(v), -np.inf, v)))
+            if top > optimum + 1e-6 * max(1.0, abs(optimum)):
+                raise LabelAboveOptimumError(
+                    f"objective {getattr(self.objective, 'name', '?')!r} returned {top:g}, above "
+                    f"its optimal_value {optimum:g}: fix optimal_value (or leave it None if "
+                    "unknown)"
+                )
         new = np.zeros(len(x), bool)
         for i, key in enumerate(_keys(x)):
             if key not in self._labels:
@@ -178,6 +238,17 @@ class Oracle:
         x = self.objective.check_sequences(x)
         n = x.shape[0]
         self._know_start()
+        cut = self.affordable(x)
+        if cut < n:  # past the label budget: the rest stays unpaid (NaN)
+            self.truncated = True
+            head = self.label(x[:cut])
+            values = np.full(n, np.nan, np.float32)
+            values[:cut] = head.values
+            known = self.lookup(x[cut:])  # labelled before: still known, not paid
+            values[cut:] = known
+            paid = np.zeros(n, bool)
+            paid[:cut] = head.paid
+            return LabelResult(values, paid)
         if not self.pay_once:
             values = self.objective(x) if n else np.zeros(0, np.float32)
             self._register(x, np.asarray(values, np.float64))
@@ -201,12 +272,20 @@ class Oracle:
     def record_labels(self, x: Any, values: Any, *, num_paid: int | None = None) -> np.ndarray:
         """Register labels computed inside a jitted program (the GA's generations) in evaluation
         order; returns bool ``[n]``, the rows newly labelled. ``pay_once`` pays those rows;
-        ``every_evaluation`` pays ``num_paid`` (default: every row)."""
+        ``every_evaluation`` pays ``num_paid`` (default: every row). Rows past the label budget
+        (:meth:`affordable`) are not registered."""
         self._know_start()
         x = np.asarray(x, np.int32)
         v = np.asarray(values, np.float64)
         v = np.where(np.isnan(v), -np.inf, v)
-        new = self._register(x, v)
+        n, cut = len(x), self.affordable(x)
+        if cut < n:  # past the label budget: only the affordable rows are registered
+            self.truncated = True
+            x, v = x[:cut], v[:cut]
+            if num_paid is not None:
+                num_paid = min(num_paid, cut)
+        new = np.zeros(n, bool)
+        new[:cut] = self._register(x, v)
         self.num_paid += (
             int(new.sum()) if self.pay_once else int(len(x) if num_paid is None else num_paid)
         )
@@ -215,13 +294,18 @@ class Oracle:
     def cached_objective(self) -> Any:
         """The objective with ``evaluate`` behind the label cache (``pay_once``, a host
         objective): the GA's host loop then calls the black box only on unlabelled sequences and
-        pays each once. The objective itself otherwise."""
+        pays each once. The objective itself otherwise.
+
+        Past the label budget the rows left unpaid read ``-inf`` here (a GA generation must get
+        a value for every particle); the GA discards a generation the budget cut
+        (``ga_optimizer``), so these values never reach a selection or a record."""
         objective = self.objective
         if not self.pay_once or objective.traceable:
             return objective
 
         def evaluate(x: Any) -> np.ndarray:
-            return self.label(x).values
+            values = self.label(x).values
+            return np.where(np.isnan(values), -np.inf, values).astype(np.float32)
 
         return dataclasses.replace(objective, evaluate=evaluate, source=objective.source)
 
@@ -269,21 +353,45 @@ class Oracle:
         return self._ask_is_feasible(np.asarray(x, np.int32))
 
     def _view(self, is_feasible: Any) -> Any:
+        """The objective as code outside the oracle may hold it: the problem statement
+        (``name``, ``num_states`` ``v``, ``length`` ``L``, the public start sequence ``x0``,
+        ``optimal_value`` ``f*``, ``worst_value``) and the constraint check ``is_feasible``, but
+        nothing that computes a label: ``evaluate`` (and so ``view(x)``) raises
+        :class:`UnpaidLabelError`, and the Ehrlich instance (whose kernels would compute
+        ``f(x)`` uncounted) is dropped. Labels come from :meth:`label` only."""
         objective = self.objective
         return dataclasses.replace(
             objective,
+            evaluate=functools.partial(_refuse_label, objective.name),
             is_feasible=is_feasible,
             initial_solution=objective.x0,
+            traceable=False,  # not a JAX function: nothing may trace it into a program
             ehrlich=None,  # code given the view must not reach the uncounted Ehrlich kernel
             source=objective.source,
         )
 
     def candidate_view(self) -> Any:
         """The objective with ``is_feasible`` = :meth:`feasibility` (labels, plus counted
-        queries only with ``constraint_queries="free"``): what refinement and the Filter see."""
+        queries only with ``constraint_queries="free"``): what refinement and the Filter see.
+        No label can be computed through it (:meth:`_view`)."""
         return self._view(self.feasibility)
 
     def constraint_view(self) -> Any:
         """The objective with ``is_feasible`` = :meth:`query_feasible` (always asked, counted):
-        the checkpoint gate's check."""
+        the checkpoint gate's check. No label can be computed through it (:meth:`_view`)."""
         return self._view(self.query_feasible)
+
+
+class UnpaidLabelError(RuntimeError):
+    """A label was asked of an oracle view (:meth:`Oracle.candidate_view`,
+    :meth:`Oracle.constraint_view`): under the information contract labels come only from
+    :meth:`Oracle.label`, which pays for them."""
+
+
+def _refuse_label(name: str, x: Any) -> Any:
+    """The ``evaluate`` of an oracle view: always raises :class:`UnpaidLabelError`."""
+    raise UnpaidLabelError(
+        f"objective {name!r}: this is an oracle view (candidate_view / constraint_view), which "
+        "holds the constraint check only; labels f(x) come from Oracle.label, which pays for "
+        "them (the information contract, llome_jax.oracle)"
+    )

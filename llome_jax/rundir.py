@@ -272,18 +272,35 @@ def _changed_function(
     )
 
 
+def _differences(key: str, saved: Any, now: Any) -> list[tuple[str, Any, Any]]:
+    """``(dotted key, saved, now)`` for each leaf that differs (a nested setting is named by
+    its path, ``finetune.epochs``, instead of printing both dicts)."""
+    if isinstance(saved, dict) and isinstance(now, dict):
+        return [
+            item
+            for k in sorted(set(saved) | set(now))
+            if saved.get(k) != now.get(k)
+            for item in _differences(f"{key}.{k}", saved.get(k), now.get(k))
+        ]
+    return [(key, saved, now)]
+
+
 def _resumed_rounds(
     run_dir: RunDirectory, saved: Mapping[str, Any], config: Mapping[str, Any]
 ) -> dict[str, Any]:
     """``{"rounds": target}`` for a resumed ``config.json``: the larger of the saved and the
-    requested target (``{}`` when either is not an integer).
+    requested target (absent when either is not an integer); likewise ``"budget"``.
 
     Raises:
       NothingToDoError: the request is below the last round ``rounds.jsonl`` holds.
     """
+    out: dict[str, Any] = {}
+    budget, saved_budget = config.get("budget"), saved.get("budget")
+    if isinstance(budget, int) and isinstance(saved_budget, int):
+        out["budget"] = max(budget, saved_budget)  # a budget, like rounds, only grows
     requested, target = config.get("rounds"), saved.get("rounds")
     if not isinstance(requested, int) or not isinstance(target, int):
-        return {}
+        return out
     done = [r.get("round") for r in run_dir.rounds() if isinstance(r.get("round"), int)]
     if done and requested < max(done):
         raise NothingToDoError(
@@ -291,7 +308,7 @@ def _resumed_rounds(
             f"{requested}; its target is {target}); config.json is unchanged. Pass --rounds N "
             f"with N > {max(done)} to run more."
         )
-    return {"rounds": max(requested, target)}
+    return {**out, "rounds": max(requested, target)}
 
 
 @dataclasses.dataclass
@@ -358,6 +375,8 @@ class RunDirectory:
           ValueError: on a configuration mismatch (a changed function is named as such), an
             unreadable ``config.json``, a path that is a file, or an existing run without
             ``resume``; nothing is written in that case.
+          run_integrity.DamagedRunError: ``resume`` on a directory whose files disagree
+            (:func:`llome_jax.run_integrity.check_run_directory`); nothing is written.
           NothingToDoError: a resume asking for fewer rounds than the directory holds; nothing
             is written.
           RunDirectoryInUseError: ``lock`` while another process holds the lock; nothing is written
@@ -371,6 +390,11 @@ class RunDirectory:
         handle = _acquire_lock(directory) if lock and directory.is_dir() else None
         try:
             config = _normalise(dict(config))
+            if resume and (directory / cls.CONFIG).is_file():
+                from llome_jax.run_integrity import check_run_directory
+
+                read_config(directory / cls.CONFIG)  # an unreadable one is named first
+                check_run_directory(directory)  # damage refused before anything is written
             config = cls._checked_config(
                 directory, config, resume, mutable_keys, upgrade, legacy_values
             )
@@ -435,7 +459,9 @@ class RunDirectory:
                 raise ValueError(_changed_function(directory, saved, config, differing))
             if differing:
                 details = "; ".join(
-                    f"{k}: saved {saved.get(k)!r} vs now {config.get(k)!r}" for k in differing
+                    f"{k}: saved {a!r} vs now {b!r}"
+                    for key in differing
+                    for k, a, b in _differences(key, saved.get(key), config.get(key))
                 )
                 raise ValueError(
                     f"cannot resume {directory}: the configuration differs ({details}). Use the "
@@ -550,7 +576,17 @@ class RunDirectory:
         """All ``rounds.jsonl`` records."""
         if not self.rounds_path.exists():
             return []
-        return [json.loads(line) for line in self.rounds_path.read_text().splitlines() if line]
+        records = []
+        for number, line in enumerate(self.rounds_path.read_text().splitlines(), start=1):
+            if not line:
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise ValueError(
+                    f"{self.rounds_path}, line {number}: not a JSON record ({error.msg})"
+                ) from None
+        return records
 
     def evaluated(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(rounds [n], sequences [n, L], values [n])`` from ``evaluated.csv``."""
@@ -558,9 +594,15 @@ class RunDirectory:
             return np.zeros(0, np.int64), np.zeros((0, 0), np.int64), np.zeros(0, np.float64)
         with open(self.evaluated_path, newline="") as stream:
             rows = list(csv.reader(stream))[1:]
-        rounds = np.asarray([int(r[0]) for r in rows], np.int64)
-        sequences = np.asarray([sequence_from_string(r[1]) for r in rows], np.int64)
-        values = np.asarray([float(r[2]) for r in rows], np.float64)
+        try:
+            rounds = np.asarray([int(r[0]) for r in rows], np.int64)
+            sequences = np.asarray([sequence_from_string(r[1]) for r in rows], np.int64)
+            values = np.asarray([float(r[2]) for r in rows], np.float64)
+        except (ValueError, IndexError):
+            from llome_jax.run_integrity import _read_rows
+
+            _read_rows(self.evaluated_path)  # names the first bad line
+            raise
         return rounds, sequences, values
 
     def label_audit(self) -> LabelAudit | None:
@@ -591,7 +633,9 @@ class RunDirectory:
         """``(evaluations, min_regret)`` float arrays for plotting (``metric="best_value"``:
         ``(evaluations, best value so far)``).
 
-        ``rounds.jsonl``'s ``(num_evaluations, metric)`` when every round records both: the
+        ``rounds.jsonl``'s ``(num_evaluations, metric)`` when every round records both, with the
+        labels that improved the metric inside a round for a ``pay_once`` run
+        (:meth:`label_steps`: read at any label count, the curve is exact): the
         optimizer's own oracle accounting (e.g. the GA seed data counts all ``n0 * n`` calls while
         ``evaluated.csv`` keeps only its distinct sequences). Otherwise the running minimum
         (maximum) over ``evaluated.csv``, one evaluation per row (regret of an Ehrlich function).
@@ -602,6 +646,9 @@ class RunDirectory:
         if rounds and all(
             r.get("num_evaluations") is not None and r.get(metric) is not None for r in rounds
         ):
+            exact = self.label_steps(metric, rounds)
+            if exact is not None:
+                return exact
             evaluations = np.asarray([r["num_evaluations"] for r in rounds], float)
             return evaluations, np.asarray([r[metric] for r in rounds], float)
         _, _, values = self.evaluated()
@@ -610,6 +657,64 @@ class RunDirectory:
         else:
             curve = np.minimum.accumulate(regret(values)) if values.size else np.zeros(0)
         return np.arange(1, values.size + 1, dtype=float), curve
+
+    def label_steps(
+        self, metric: str = "min_regret", rounds: Sequence[Mapping[str, Any]] | None = None
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The curve at label resolution for a ``pay_once`` run, whose ``evaluated.csv`` rows are
+        its paid labels in the order paid: every round's ``(num_evaluations, metric)`` plus a
+        point at each label that improved the metric inside a round, so that the step function
+        read at any label count ``N`` is exactly the run's value after ``N`` labels (not only at
+        round ends). ``None`` for other runs (``every_evaluation``: rows are not labels) or when
+        the files disagree on the count (the per-round curve is used then).
+
+        Inside round ``r`` the value after a label is the better of round ``r - 1``'s recorded
+        value and the label's own (regret ``f* - f`` with ``f* = best_value + min_regret`` of
+        a round that records both; an infeasible label improves nothing)."""
+        config = self.config() if (self.path / self.CONFIG).is_file() else {}
+        if config.get("accounting") != "pay_once":
+            return None
+        rounds = self.rounds() if rounds is None else rounds
+        if not rounds or any(
+            r.get("num_evaluations") is None or r.get(metric) is None for r in rounds
+        ):
+            return None
+        round_of, _, values = self.evaluated()
+        counts = np.searchsorted(np.sort(round_of), [int(r["round"]) for r in rounds], "right")
+        if counts.tolist() != [int(r["num_evaluations"]) for r in rounds]:
+            return None
+        optimum = None
+        if metric == "min_regret":
+            known = [
+                r["best_value"] + r["min_regret"]
+                for r in rounds
+                if r.get("best_value") is not None
+                and math.isfinite(r["best_value"])
+                and r.get("min_regret") is not None
+            ]
+            if not known:
+                return None
+            optimum = float(known[-1])
+        x: list[float] = []
+        y: list[float] = []
+        previous: float | None = None
+        for record in rounds:
+            r, paid = int(record["round"]), int(record["num_evaluations"])
+            if previous is not None:
+                current = previous
+                rows = np.flatnonzero(round_of == r)
+                for row in rows[np.isfinite(values[rows])]:
+                    value = float(values[row])
+                    value = optimum - value if optimum is not None else value
+                    better = value < current if metric == "min_regret" else value > current
+                    if better and row + 1 < paid:
+                        current = value
+                        x.append(float(row + 1))
+                        y.append(value)
+            x.append(float(paid))
+            y.append(float(record[metric]))
+            previous = float(record[metric])
+        return np.asarray(x), np.asarray(y)
 
     def plot_regret(
         self,

@@ -43,6 +43,7 @@ __all__ = [
     "optimum_stop_reason",
     "progress_bar",
     "progress_text",
+    "round0_key",
     "run",
 ]
 
@@ -124,6 +125,13 @@ class RunResult(Generic[State]):
     path: pathlib.Path
 
 
+def round0_key(run_key: jax.Array) -> jax.Array:
+    """The key of round 0's GA, ``fold_in(run_key, 1)`` (``llome.runtime.named_key(run_key,
+    "ga")``), for every optimizer: with the same run seed, GA settings and ``n0``, the GA, LLOME,
+    LaMBO-2 and local search pay for the same seed sequences in the same order (one round 0)."""
+    return jax.random.fold_in(run_key, 1)
+
+
 def optimum_stop_reason(best_value: float, optimal_value: float | None) -> str:
     """The stop reason once the best label reaches the optimum, ``best_value >= f*``:
     ``"the optimum (f = f*) was found"``; ``""`` otherwise or when ``f*`` is unknown (``None``)."""
@@ -158,6 +166,8 @@ def run(
     log: Callable[[str], None] = print,
     extra_config: Mapping[str, Any] | None = None,
     trackers: Sequence[Any] = (),
+    budget: int | None = None,
+    bars: bool = True,
 ) -> RunResult[State]:
     """Run (or resume) ``optimizer`` into the run directory ``out``.
 
@@ -166,10 +176,18 @@ def run(
       out: the run directory.
       resume: continue from the newest readable checkpoint (the configuration must match except
         ``rounds``).
-      progress: one line per round through ``log`` (and the optimizer's own progress bars).
+      progress: one line per round through ``log`` (``round k/N``, labels paid, the metric,
+        elapsed time and an ETA; then the optimizer's own line) and the optimizer's progress
+        bars.
+      bars: with ``progress``, also the progress bars (``False``: the lines only, ``--quiet``).
       max_rounds_this_call: stop after this many rounds in this call (tests, interruptions).
       log: where the lines go.
       extra_config: more keys for ``config.json`` (e.g. the CLI's ``loss``).
+      budget: labels to pay after round 0 (``config.json``'s ``"budget"``; ``None``: the one
+        saved, or no budget). The run ends once it has paid exactly this many: the last round
+        labels only what is left (``Oracle.affordable``), or earlier at ``rounds`` rounds or a
+        stop reason. A resume may raise it (it is stored as the larger of the saved and the
+        requested budget).
       trackers: metrics sinks (``llome_jax.tracking.Tracker``): ``start(config, run_dir,
         history)`` once the directory is set up (``history``: the records a resume keeps, which
         are not sent again), ``log_round(record)`` with every record this call writes (round 0
@@ -188,20 +206,28 @@ def run(
     from llome_jax.provenance import provenance
     from llome_jax.rundir import RunDirectory
 
+    if budget is not None and (
+        isinstance(budget, bool) or not isinstance(budget, int) or budget < 1
+    ):
+        raise ValueError(f"budget must be a positive number of labels; got {budget!r}.")
+    if budget is not None and getattr(optimizer, "oracle", None) is None:
+        raise ValueError(f"{optimizer.name} pays no labels through an Oracle: it has no budget.")
     config = {"optimizer": optimizer.name, **optimizer.config_dict(), **dict(extra_config or {})}
+    if budget is not None:
+        config["budget"] = budget
     # one provenance entry per invocation: a resume appends it to the saved ones (never compared)
     config["provenance"] = [provenance()]
     run_dir = RunDirectory.create(
         out,
         config,
         resume=resume,
-        mutable_keys=("rounds", "resume", "out", "provenance"),
+        mutable_keys=("rounds", "budget", "resume", "out", "provenance"),
         upgrade=optimizer.upgrade_config,
         lock=True,
     )
     try:
         return _run_rounds(
-            optimizer, run_dir, resume, progress, max_rounds_this_call, log, trackers
+            optimizer, run_dir, resume, progress, max_rounds_this_call, log, trackers, bars
         )
     finally:
         run_dir.release()
@@ -215,6 +241,7 @@ def _run_rounds(
     max_rounds_this_call: int | None,
     log: Callable[[str], None],
     trackers: Sequence[Any],
+    bars: bool = True,
 ) -> RunResult[State]:
     """The body of :func:`run` once ``run_dir`` is open and locked."""
     from llome_jax.checkpoint import CheckpointManager
@@ -251,6 +278,7 @@ def _run_rounds(
                 _finisher(tracker)
             )  # before start: a half-started sink is closed too
             tracker.start(run_dir.config(), run_dir.path, history)
+        budget = run_dir.config().get("budget")
         if state is None:
             t0 = time.perf_counter()
             queries = _queries(oracle)
@@ -267,15 +295,22 @@ def _run_rounds(
                 )
         elif progress:
             log(f"resuming {run_dir.path} after round {optimizer.round_index(state)}")
+        if budget is not None:  # labels after round 0: the cap counts round 0's too
+            oracle.limit = int(_round0_labels(run_dir) or 0) + int(budget)
         done_here = 0
-        while optimizer.round_index(state) < optimizer.total_rounds() and not (
-            optimizer.stop_reason(state)
+        round0 = _round0_labels(run_dir)
+        paid = 0 if oracle is None else int(oracle.num_paid)
+        start = (time.perf_counter(), optimizer.round_index(state), paid)
+        while (
+            optimizer.round_index(state) < optimizer.total_rounds()
+            and not optimizer.stop_reason(state)
+            and (oracle is None or oracle.remaining() != 0)
         ):
             if max_rounds_this_call is not None and done_here >= max_rounds_this_call:
                 break
             t0 = time.perf_counter()
             queries = _queries(oracle)
-            state, result = optimizer.round(state, progress=progress)
+            state, result = optimizer.round(state, progress=progress and bars)
             if result is None:  # the round could not run: say why in the run directory
                 run_dir.log_stop(optimizer.round_index(state), optimizer.stop_reason(state))
                 break
@@ -288,12 +323,60 @@ def _run_rounds(
             _release_if_crowded(log if progress else None)
             done_here += 1
             if progress:
-                log(optimizer.round_line(records[-1]))
+                log(_run_line(records[-1], optimizer.total_rounds(), budget, round0, start))
+                log("  " + optimizer.round_line(records[-1]))
         optimizer.plot(run_dir)
     reason = optimizer.stop_reason(state)
     if reason and progress:
         log(f"stopped early after round {optimizer.round_index(state)}: {reason}")
     return RunResult(state=state, records=records, stop_reason=reason, path=run_dir.path)
+
+
+def _round0_labels(run_dir: Any) -> int | None:
+    """Round 0's ``num_evaluations`` (``None`` when it records none)."""
+    records = run_dir.rounds()
+    paid = records[0].get("num_evaluations") if records else None
+    return None if paid is None else int(paid)
+
+
+def _clock(seconds: float) -> str:
+    """``"42s"``, ``"12m05s"``, ``"3h07m"``."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def _run_line(
+    record: Mapping[str, Any],
+    rounds: int,
+    budget: int | None,
+    round0_labels: int | None,
+    start: tuple[float, int, int],
+) -> str:
+    """The run-level line after a round: ``round k/N`` (``round k`` under a budget), labels
+    paid (after round 0, of the budget), the metric, the time this call has run and an ETA: the
+    labels left at this call's labels a second under a budget, else the rounds left at its
+    seconds a round. ``start``: ``(time, round, labels paid)`` when this call's rounds began."""
+    t0, round_start, paid_start = start
+    elapsed = time.perf_counter() - t0
+    k, paid = int(record["round"]), record.get("num_evaluations")
+    eta = None
+    if budget is not None and paid is not None and round0_labels is not None:
+        after = int(paid) - round0_labels
+        text = f"round {k}: {after:,}/{budget:,} labels after round 0"
+        rate = (int(paid) - paid_start) / elapsed if elapsed > 0 else 0.0
+        eta = (budget - after) / rate if rate > 0 else None
+    else:
+        text = f"round {k}/{rounds}" + ("" if paid is None else f": {int(paid):,} labels paid")
+        if k > round_start:
+            eta = (rounds - k) * elapsed / (k - round_start)
+    return (
+        f"{text}, {progress_text(record)}, {_clock(elapsed)} elapsed, "
+        f"ETA {'n/a' if eta is None else _clock(eta)}"
+    )
 
 
 def _release_if_crowded(log: Callable[[str], None] | None) -> None:

@@ -118,7 +118,10 @@ def test_cli_writes_the_table_plot_and_csvs(runs: pathlib.Path, capsys):
     )
     assert code == 0
     printed = capsys.readouterr().out
-    assert "| LLOME-MargE | 15000 | 3 of 3 | 0.5000 | 0.2000 | 0.7000 | 2 |" in printed
+    # read at the last round end within 15,000 (these runs count every evaluation)
+    assert (
+        "| LLOME-MargE | 15000 | 13500-15000 | 3 of 3 | 0.5000 | 0.2000 | 0.7000 | 2 |" in printed
+    )
     assert "information contract: no run has an `evaluated.csv`" in printed
     with open(out / "summary.csv", newline="") as stream:
         rows = list(csv.DictReader(stream))
@@ -187,10 +190,11 @@ def test_cli_allow_mixed(runs: pathlib.Path, tmp_path: pathlib.Path, capsys):
     assert main([*args, "--allow-mixed", "--out", str(out)]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == "min regret on f2; f2 (instance seed 3) (2 runs)"
+    assert printed[1].startswith("budget: 10000 labels in all, round 0 included")
     # common budget 10,000 labels: the GA's first round (0.97), the other run's only one (0.5)
-    assert printed[3:5] == [
-        "| GA | 10000 | 1 of 1 | 0.9700 | 0.9700 | 0.9700 | 0 |",
-        "| Other | 10000 | 1 of 1 | 0.5000 | 0.5000 | 0.5000 | 0 |",
+    assert printed[4:6] == [
+        "| GA | 10000 | 10000 | 1 of 1 | 0.9700 | 0.9700 | 0.9700 | 0 |",
+        "| Other | 10000 | 10000 | 1 of 1 | 0.5000 | 0.5000 | 0.5000 | 0 |",
     ]
     with open(out / "curves.csv", newline="") as stream:
         assert [r[0] for r in csv.reader(stream)] == ["method", "GA", "GA", "Other"]
@@ -236,3 +240,32 @@ def test_cli_says_which_runs_paid_a_label_twice(runs: pathlib.Path, capsys):
         f"`evaluated.csv`, `num_evaluations` = its rows); not: {ga}; constraint queries on "
         "unlabelled sequences: 7 in the run that counts them" in printed
     )
+
+
+def test_the_default_budget_keeps_early_stops_and_no_run_reads_na(tmp_path: pathlib.Path, capsys):
+    """Default budget: the least that a run still going has paid (14,000), not the least of all
+    (a run that stopped early at 12,000 keeps its final value); raised to the largest round 0
+    (a GA counting 15,000 for round 0) so that nothing reads n/a."""
+    stopped = [(10000, 0.9), (12000, 0.0)]
+    _run_dir(tmp_path, "a", MARGE, stopped)
+    lines = (tmp_path / "a" / "rounds.jsonl").read_text().splitlines()
+    last = {**json.loads(lines[-1]), "stop_reason": "the optimum (f = 1) was found"}
+    (tmp_path / "a" / "rounds.jsonl").write_text("\n".join([lines[0], json.dumps(last)]) + "\n")
+    _run_dir(tmp_path, "b", MARGE, [(10000, 0.9), (16000, 0.5)])
+    _run_dir(tmp_path, "c", MARGE, [(10000, 0.9), (14000, 0.6)])
+    runs = compare.load_runs([str(tmp_path / n) for n in "abc"])
+    assert [r.stop_reason != "" for r in runs] == [True, False, False]
+    assert compare.common_budget(runs) == 14000
+    (row,) = compare.summarise(runs, 14000)
+    assert row.per_run == (0.0, 0.9, 0.6) and row.median == 0.6
+    x, y = compare.extended(runs[0], 16000)  # drawn at its final value to the group's end
+    assert x.tolist() == [10000, 12000, 16000] and y.tolist() == [0.9, 0.0, 0.0]
+    x, _ = compare.extended(runs[2], 16000)  # a run that did not stop is not extended
+    assert x.tolist() == [10000, 14000]
+    _run_dir(tmp_path, "ga", {"optimizer": "ga"}, [(15000, 0.97), (16000, 0.96)])
+    runs = compare.load_runs([str(tmp_path / n) for n in ("a", "b", "c", "ga")])
+    assert compare.common_budget(runs) == 15000
+    assert main(["compare", *(str(tmp_path / n) for n in ("a", "b", "c", "ga"))]) == 0
+    out = capsys.readouterr().out
+    assert "budget: 15000 labels in all" in out and "1 run(s) that stopped early" in out
+    assert "n/a" not in out.split("information contract")[0].split("|---")[1]

@@ -81,3 +81,22 @@ def test_a_run_labels_new_single_mutants_and_logs_them_like_an_optimizer(tmp_pat
     logged = [rec["min_regret"] for rec in RunDirectory(directory.path).rounds()]
     f_x0 = float(np.asarray(ehrlich.evaluate(fn, x0[None].astype(np.int32)))[0])
     assert logged == [1.0 - max(values[rounds <= r].max(), f_x0) for r in range(3)]
+
+
+def test_a_run_directory_run_pays_exactly_its_budget_after_the_shared_round0(tmp_path):
+    """The paper driver's local search: budget 2,500 with 2,000 a round is two rounds, the
+    second of 500; round 0 is the GA seed data every optimizer of the seed pays."""
+    import json
+
+    result = local_search.run_directory_run("f2", 1, tmp_path / "run", budget=2500)
+    records = [json.loads(x) for x in (result.path / "rounds.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in records] == [0, 1, 2]
+    paid = [r["num_evaluations"] - records[0]["num_evaluations"] for r in records]
+    assert paid == [0, 2000, 2500]
+    *_, calls = local_search.seed_data("f2", None, 1)
+    rows = (result.path / "evaluated.csv").read_text().splitlines()[1:]
+    round0 = [r for r in rows if r.startswith("0,")]
+    assert len(round0) == calls == records[0]["num_evaluations"]
+    assert len(rows) == calls + 2500 and len(set(rows)) == len(rows)
+    config = json.loads((result.path / "config.json").read_text())
+    assert config["budget"] == 2500 and config["method"] == "local search"

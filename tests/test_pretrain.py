@@ -169,6 +169,30 @@ def test_run_directory_files(smoke: PretrainConfig, full: pretrain.PretrainResul
     assert full.steps == smoke.max_steps
     info = json.loads((full.weights / "pretrain.json").read_text())
     assert info["text_format"] == "list" and info["instance_seeds"]["first"] == 1_000_000
+    # pretrain.json is the code's alone (issue 53): the weights' sha256, the pool's pair count,
+    # the last epoch's mean loss, the instances' label digests, the invocation's provenance
+    import hashlib
+
+    from llome_jax.ehrlich.instances import label_digest
+
+    weights_bytes = (full.weights / "model.safetensors").read_bytes()
+    assert info["sha256"] == {"model.safetensors": hashlib.sha256(weights_bytes).hexdigest()}
+    summary = json.loads((path / "summary.json").read_text())
+    pool = pretrain.PretrainData.load(path / pretrain.DATA_FILE)
+    assert info["num_pairs"] == len(pool) == summary["num_pairs"] > 0
+    assert (info["steps"], info["seed"]) == (smoke.max_steps, smoke.seed)
+    tail = losses[-summary["steps_per_epoch"] :]
+    assert info["final_loss_mean"] == pytest.approx(float(np.mean(tail)), rel=1e-12)
+    assert info["label_digests"] == [
+        label_digest(ehrlich.resolve_function("Ehr(8,8)-2-2-2", s))[7:23]
+        for s in (1_000_000, 1_000_001, 1_000_002)
+    ]
+    assert info["provenance"] == config["provenance"] and len(info["provenance"]) == 1
+    assert info["commit"] == config["provenance"][0]["commit"]
+    assert (
+        info["versions"]["jax"] == jax.__version__ and info["versions"]["numpy"] == np.__version__
+    )
+    assert info["command"] and info["seconds_data"] == config["seconds_data"]
     # every weights file is readable by others, as an ordinary new file (safetensors: 0o600)
     modes = {f.name: f.stat().st_mode & 0o777 for f in full.weights.iterdir() if f.is_file()}
     assert modes["model.safetensors"] == modes["config.json"] == 0o666 & ~_umask(), modes
@@ -214,6 +238,11 @@ def test_interrupted_run_resumes_to_the_same_weights(
     assert (out / "losses.csv").read_bytes() == (full.path / "losses.csv").read_bytes()
     config = json.loads((out / "config.json").read_text())
     assert len(config["provenance"]) == 2
+    # the same weights, byte for byte: the same recorded sha256; both invocations recorded
+    resumed_info = json.loads((out / "weights" / "pretrain.json").read_text())
+    full_info = json.loads((full.weights / "pretrain.json").read_text())
+    assert resumed_info["sha256"] == full_info["sha256"]
+    assert resumed_info["provenance"] == config["provenance"]
     # a finished run resumes without training more
     steps.clear()
     again = pretrain.run(

@@ -1,5 +1,14 @@
 """experiments/verdicts.py: every claim function on hand-made data whose answer is agree,
-disagree, not comparable (and inconclusive where it applies), each asserting the exact verdict."""
+disagree, not comparable and inconclusive, each asserting the exact verdict; and, for every rule,
+a case on each side of each constant and each inequality (just inside and just outside a
+tolerance, a band, a level, a quantile or a significance level), so that changing a constant or
+flipping a comparison fails a test (issue 53; the mutations run and their results are listed in
+the issue's report).
+
+Exact p-values used below (llome_jax.stats): n vs n values perfectly separated give the
+two-sided permutation p ``2 / C(2n, n)``: 3 vs 3 0.1, 3 vs 4 0.057, 4 vs 4 0.0286, 5 vs 5
+0.0079; the one-sided TOST p of n vs n is half of that (3 vs 3: exactly 0.05). ``m`` same-sign
+differences give the sign-flip p ``2 / 2^m`` two-sided, ``1 / 2^m`` one-sided."""
 
 from __future__ import annotations
 
@@ -14,26 +23,43 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "experiment
 import verdicts as vd  # experiments/verdicts.py
 from verdicts import SelectionRound, Verdict
 
-
-def summary(seeds: int = 3, **medians: float) -> dict[str, dict[str, float]]:
-    """A summary: each method's median min regret over ``seeds`` seeds (short names)."""
-    names = {
-        "GA": "GA",
-        "MargE": "LLOME-MargE",
-        "SFT": "LLOME-SFT",
-        "DPO": "LLOME-DPO",
-        "LaMBO": "LaMBO-2",
-        "REINFORCE": "LLOME-REINFORCE",
-    }
-    return {names[m]: {"median": v, "seeds": seeds} for m, v in medians.items()}
+P33, P34, P44, P55 = 0.1, 2 / 35, 2 / 70, 2 / 252
+NAMES = {
+    "GA": "GA",
+    "MargE": "LLOME-MargE",
+    "SFT": "LLOME-SFT",
+    "DPO": "LLOME-DPO",
+    "LaMBO": "LaMBO-2",
+    "REINFORCE": "LLOME-REINFORCE",
+}
 
 
-def test_verdict_is_a_small_named_tuple() -> None:
-    v = vd.solver_best("f2", "LLOME-MargE", summary(MargE=0.5, GA=0.9))
-    assert isinstance(v, Verdict) and v == (v.claim, v.verdict, v.reason)
+def summary(**values: list[float]) -> dict[str, dict[str, list[float]]]:
+    """A summary: each method's per-seed min regrets (short names)."""
+    return {NAMES.get(m, m): {"values": list(v)} for m, v in values.items()}
+
+
+def rep(value: float, n: int) -> list[float]:
+    return [value] * n
+
+
+def test_verdict_is_a_named_tuple_with_its_test() -> None:
+    v = vd.solver_best("f2", "LLOME-MargE", summary(MargE=rep(0.5, 4), GA=rep(0.9, 4)), 4)
+    assert isinstance(v, Verdict) and v == (v.claim, v.verdict, v.reason, v.test, v.n, v.p)
     assert v.claim == "f2: LLOME-MargE performs the best"
+    assert v.test == "exact two-sided permutation test on per-seed min regret (difference of means)"
+    assert (v.verdict, v.n, v.p) == ("agree", "4 vs 4", pytest.approx(P44))
+    assert "n = 4 vs 4, p = 0.0286" in v.reason
+    assert vd.stated_test(v) == f"test: {v.test}; n = 4 vs 4; p = 0.0286"
+    # three fields default: a verdict without a test
+    bare = Verdict("c", "not comparable", "why")
+    assert (bare.test, bare.n, bare.p) == ("", "", None)
+    assert vd.stated_test(bare) == "test: none; n = n/a; p = n/a"
 
 
+# ------------------------------------------------------------------------------------------
+# The one-level rule, the pair's rule and test, the decisions over pairs
+# ------------------------------------------------------------------------------------------
 def test_one_level_is_the_smallest_step_of_one_motif_level() -> None:
     """f2 (c = 4, q = 4): from f = 0.75^3 * 0.5 (regret 0.789) one level of any motif moves f by
     at least f / q; enumerate every one-level neighbour."""
@@ -53,70 +79,246 @@ def test_one_level_is_the_smallest_step_of_one_motif_level() -> None:
     assert vd.one_level(0.789, 4) < gap < 0.1
 
 
+def test_within_level_boundaries() -> None:
+    """Exactly one level (0.5 vs 0.625 on q = 4: 0.125, exact in binary) is apart; 0.12 is
+    within the lower regret's level (0.125) though not the higher's (0.62: 0.095); at regret 1
+    the level is 0: equal regrets only. Without levels only equal values are within."""
+    assert vd._within_level(0.5, 0.625, 4) == (False, 0.125, 0.125)
+    assert vd._within_level(0.625, 0.5, 4) == (False, 0.125, 0.125)
+    assert vd._within_level(0.5, 0.62, 4)[0] is True
+    assert vd._within_level(1.0, 1.0, 4)[0] and not vd._within_level(1.0, 0.999, 4)[0]
+    assert vd._within_level(0.3, 0.3, None) == (True, 0.0, 0.0)
+    assert not vd._within_level(0.3, 0.31, None)[0]
+
+
+def pair(
+    p: float = 0.01,
+    shift: float = -0.2,
+    a: float = 0.5,
+    b: float = 0.7,
+    level: float = 0.125,
+    name: str = "b",
+    floor: float = 0.0,
+) -> vd._Pair:
+    """A crafted pair: centres ``a`` vs ``b``, the test's ``shift`` and ``p``."""
+    return vd._Pair("a", name, a, b, level, shift, p, "4 vs 4", floor, True)
+
+
+@pytest.mark.parametrize(
+    "p, a, b, shift, expected",
+    [
+        (0.0499, 0.5, 0.7, -0.2, "agree"),
+        (vd.ALPHA, 0.5, 0.7, -0.2, "inconclusive"),  # p must be below alpha
+        (0.0499, 0.5, 0.625, -0.2, "agree"),  # exactly a level below
+        (0.0499, 0.5, 0.62, -0.2, "inconclusive"),  # within the level: a tie
+        (0.0499, 0.5, 0.7, 0.0, "inconclusive"),  # no difference of means
+        (0.0499, 0.5, 0.7, 0.2, "inconclusive"),  # medians lower, means higher
+        (0.0499, 0.7, 0.5, 0.2, "disagree"),
+        (vd.ALPHA, 0.7, 0.5, 0.2, "inconclusive"),
+        (0.0499, 0.62, 0.5, 0.2, "inconclusive"),  # within the (lower regret's) level
+        (0.0499, 0.625, 0.5, 0.2, "disagree"),
+        (0.0499, 0.7, 0.5, -0.2, "inconclusive"),  # medians higher, means lower
+    ],
+)
+def test_one_pair_needs_the_rule_and_the_test(p, a, b, shift, expected) -> None:
+    v = vd._lower("c", [pair(p, shift, a, b)], "min regret", "the rule")
+    assert v.verdict == expected and v.p == p
+
+
+def test_pairs_agree_together_and_disagree_with_bonferroni() -> None:
+    """Agree: every pair (each at alpha); disagree: one pair at alpha / pairs."""
+    good = pair(0.01, name="GA")
+    assert vd._lower("c", [good, pair(0.03)], "q", "r").verdict == "agree"
+    v = vd._lower("c", [good, pair(0.04, a=0.5, b=0.55)], "q", "r")  # one within a level
+    assert v.verdict == "inconclusive" and "point to a tie" in v.reason
+    # the reported p of an agree is the largest (the intersection-union test's p)
+    v = vd._lower("c", [good, pair(0.03)], "q", "r")
+    assert v.p == 0.03
+    # another method below: p 0.03 is not below 0.05 / 2, p 0.02 is; 0.025 exactly is not
+    against = [good, pair(0.03, shift=0.2, a=0.7, b=0.5)]
+    v = vd._lower("c", against, "q", "r")
+    assert v.verdict == "inconclusive" and "point to disagree" in v.reason and v.p == 0.03
+    assert "disagree needs p < 0.025 (Bonferroni over 2 pairs)" in v.reason
+    against[1] = pair(0.025, shift=0.2, a=0.7, b=0.5)
+    assert vd._lower("c", against, "q", "r").verdict == "inconclusive"
+    against[1] = pair(0.02, shift=0.2, a=0.7, b=0.5)
+    v = vd._lower("c", against, "q", "r")
+    assert v.verdict == "disagree" and v.p == 0.02
+    # agree at a stricter level when asked (a choice among several)
+    assert vd._lower("c", [pair(0.02)], "q", "r", alpha_agree=0.025).verdict == "agree"
+    v = vd._lower("c", [pair(0.025)], "q", "r", alpha_agree=0.025)
+    assert v.verdict == "inconclusive" and "agree needs p < 0.025 per pair" in v.reason
+
+
+def test_too_few_seeds_say_the_smallest_p() -> None:
+    v = vd._lower("c", [pair(0.1, floor=0.1)], "q", "r")
+    assert "4 vs 4 cannot reach p < 0.05 (smallest p 0.1)" in v.reason
+    v = vd._lower("c", [pair(0.1, floor=vd.ALPHA)], "q", "r")  # 0.05 itself is not reachable
+    assert "cannot reach p < 0.05 (smallest p 0.05)" in v.reason
+    v = vd._lower("c", [pair(0.1, floor=0.0499)], "q", "r")
+    assert "cannot reach" not in v.reason
+
+
+def near(within: bool, p_near: float, p: float = 0.01, shift: float = 0.2, a=0.5, b=0.7):
+    return vd._Near(pair(p, shift, a, b, level=0.0), within, 0.1, p_near, 0.0)
+
+
+@pytest.mark.parametrize(
+    "item, expected",
+    [
+        (near(True, 0.0499), "agree"),
+        (near(True, vd.ALPHA), "inconclusive"),  # TOST p must be below alpha
+        (near(False, 0.0499, p=0.0499, shift=-0.2), "disagree"),  # a below b, by both
+        (near(False, 0.0499, p=vd.ALPHA, shift=-0.2), "inconclusive"),
+        (near(False, 0.0499, p=0.0499, shift=0.2), "inconclusive"),  # means the other way
+        (near(False, 0.0499, p=0.0499, shift=0.2, a=0.7, b=0.5), "disagree"),
+    ],
+)
+def test_likeness_needs_the_rule_and_tost(item, expected) -> None:
+    assert vd._all_near("c", [("", item)], "q", "r").verdict == expected
+
+
+def test_likeness_disagrees_with_bonferroni() -> None:
+    apart = near(False, 0.5, p=0.03, shift=-0.2)
+    v = vd._all_near("c", [("", apart), ("", near(True, 0.01))], "q", "r")
+    assert v.verdict == "inconclusive" and "Bonferroni over 2" in v.reason
+    apart = near(False, 0.5, p=0.02, shift=-0.2)
+    assert vd._all_near("c", [("", apart), ("", near(True, 0.01))], "q", "r").verdict == (
+        "disagree"
+    )
+
+
+def test_majority_is_the_exact_binomial_tail() -> None:
+    assert vd._majority(8, 9) == (pytest.approx(10 / 512), pytest.approx(1 - 1 / 512))
+    assert vd._majority(0, 0) == (1.0, 1.0)
+    assert vd._majority(3, 3) == (pytest.approx(1 / 8), 1.0)
+
+
 # ------------------------------------------------------------------------------------------
 # Fig. 1
 # ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "data, expected",
     [
-        (summary(GA=0.0, MargE=0.05, LaMBO=0.1), "agree"),
-        (summary(GA=0.234, MargE=0.0, DPO=0.487), "disagree"),
-        (summary(seeds=1, GA=0.234, MargE=0.0), "inconclusive"),
-        (summary(GA=0.5), "not comparable"),
+        (summary(GA=rep(0.0, 4), MargE=rep(0.05, 4)), "agree"),
+        (summary(GA=rep(0.0, 4), MargE=rep(0.09, 4)), "agree"),  # inside 0.1 by TOST
+        # exactly 0.1: within by the rule, but TOST cannot show the means inside +-0.1
+        (summary(GA=rep(0.0, 4), MargE=rep(0.1, 4)), "inconclusive"),
+        (summary(GA=rep(0.0, 4), MargE=rep(0.11, 4)), "disagree"),
+        (summary(GA=rep(0.234, 4), MargE=rep(0.0, 4)), "disagree"),
+        # three methods: three pairs, disagree needs p < 0.05 / 3 (4 vs 4: 0.029; 5 vs 5: 0.008)
+        (summary(GA=rep(0.0, 4), MargE=rep(0.5, 4), SFT=rep(0.0, 4)), "inconclusive"),
+        (summary(GA=rep(0.0, 5), MargE=rep(0.5, 5), SFT=rep(0.0, 5)), "disagree"),
+        (summary(GA=rep(0.0, 3), MargE=rep(0.0, 3)), "inconclusive"),  # TOST p 0.05 at best
+        (summary(GA=[0.234], MargE=[0.0]), "inconclusive"),
+        (summary(GA=rep(0.5, 3)), "not comparable"),
     ],
 )
 def test_solver_all_comparable(data, expected) -> None:
     assert vd.solver_all_comparable("f1", data).verdict == expected
 
 
+def test_solver_all_comparable_states_tost() -> None:
+    v = vd.solver_all_comparable("f1", summary(GA=rep(0.0, 3), MargE=rep(0.0, 3)))
+    assert "3 vs 3 cannot reach a TOST p < 0.05 (smallest 0.05)" in v.reason
+    assert v.p == pytest.approx(0.05) and v.n == "3 vs 3" and "TOST" in v.test
+    v = vd.solver_all_comparable("f1", summary(GA=rep(0.0, 4), MargE=rep(0.05, 4)))
+    assert v.p == pytest.approx(1 / 70)
+
+
 @pytest.mark.parametrize(
     "data, expected, why",
     [
-        (summary(MargE=0.5, LaMBO=0.7, GA=0.9), "agree", "LLOME-MargE 0.500 vs best other"),
+        (
+            summary(MargE=rep(0.5, 4), LaMBO=rep(0.7, 4), GA=rep(0.9, 4)),
+            "agree",
+            "LLOME-MargE 0.500 vs LaMBO-2 0.700 (a level 0.125): n = 4 vs 4, p = 0.0286",
+        ),
+        # exactly one level below is a difference; 0.12 below is within it (a tie)
+        (summary(MargE=rep(0.5, 4), LaMBO=rep(0.625, 4)), "agree", "a level 0.125"),
+        (summary(MargE=rep(0.5, 4), LaMBO=rep(0.62, 4)), "inconclusive", "a tie (within"),
+        # 3 vs 4 reaches p 0.057 at best: not below 0.05
+        (summary(MargE=rep(0.5, 3), LaMBO=rep(0.7, 4)), "inconclusive", "p = 0.0571"),
         # the cpu report's f2: MargE 0.789 behind LaMBO-2's 0.684 on 3 seeds each
-        (summary(MargE=0.789, LaMBO=0.684, SFT=0.789), "disagree", "(LaMBO-2) 0.684"),
-        (summary(MargE=0.789, SFT=0.789, GA=0.9), "inconclusive", "a tie"),
-        (summary(seeds=1, MargE=0.5, GA=0.9), "inconclusive", "point to agree"),
-        (summary(GA=0.5, LaMBO=0.4), "not comparable", "no finished LLOME-MargE run"),
-        (summary(MargE=0.5), "not comparable", "no other method"),
+        (
+            summary(MargE=rep(0.789, 3), LaMBO=rep(0.684, 3), SFT=rep(0.789, 3)),
+            "inconclusive",
+            "3 vs 3 cannot reach p < 0.05 (smallest p 0.1)",
+        ),
+        (summary(MargE=rep(0.789, 5), LaMBO=rep(0.684, 5)), "disagree", "p = 0.00794"),
+        # two others: disagree needs p < 0.025; 4 vs 4 gives 0.029, 5 vs 5 0.008
+        (
+            summary(MargE=rep(0.7, 4), LaMBO=rep(0.5, 4), GA=rep(0.9, 4)),
+            "inconclusive",
+            "point to disagree",
+        ),
+        (
+            summary(MargE=rep(0.7, 5), LaMBO=rep(0.5, 5), GA=rep(0.9, 5)),
+            "disagree",
+            "vs LaMBO-2 0.500",
+        ),
+        (summary(MargE=rep(0.789, 4), SFT=rep(0.789, 4)), "inconclusive", "a tie"),
+        (summary(MargE=[0.5], GA=[0.9]), "inconclusive", "point to agree"),
+        (summary(GA=rep(0.5, 4), LaMBO=rep(0.4, 4)), "not comparable", "no finished run of"),
+        (summary(MargE=rep(0.5, 4)), "not comparable", "no other method"),
     ],
 )
 def test_solver_best(data, expected, why) -> None:
-    v = vd.solver_best("f2", "LLOME-MargE", data)
-    assert v.verdict == expected and why in v.reason
+    v = vd.solver_best("f2", "LLOME-MargE", data, 4)
+    assert v.verdict == expected and why in v.reason, v.reason
+
+
+def test_solver_best_reports_the_largest_p_of_an_agree() -> None:
+    v = vd.solver_best("f2", "LLOME-MargE", summary(MargE=rep(0.5, 5), GA=rep(0.9, 5)), 4)
+    assert v.p == pytest.approx(P55)
+    data = {**summary(MargE=rep(0.5, 5), GA=rep(0.9, 5)), "LaMBO-2": {"values": rep(0.9, 4)}}
+    v = vd.solver_best("f2", "LLOME-MargE", data, 4)
+    assert v.verdict == "agree" and v.p == pytest.approx(2 / 126) and v.n == "5 vs 4"
 
 
 @pytest.mark.parametrize(
     "data, expected",
     [
-        (summary(MargE=0.6, LaMBO=0.5, SFT=0.7, GA=0.9), "agree"),
-        (summary(MargE=0.789, LaMBO=0.684, SFT=0.7, GA=0.9), "disagree"),
-        (summary(MargE=0.789, LaMBO=0.684, SFT=0.789), "inconclusive"),
-        (summary(seeds=2, MargE=0.6, LaMBO=0.5, SFT=0.7), "inconclusive"),
-        (summary(MargE=0.6, SFT=0.7), "not comparable"),
-        (summary(MargE=0.6, LaMBO=0.5), "not comparable"),
+        (summary(MargE=rep(0.6, 4), LaMBO=rep(0.5, 4), SFT=rep(0.8, 4), GA=rep(0.9, 4)), "agree"),
+        # LaMBO-2 within a level of the SFT (0.75 vs 0.8): a tie for one of the four pairs
+        (summary(MargE=rep(0.5, 4), LaMBO=rep(0.75, 4), SFT=rep(0.8, 4)), "inconclusive"),
+        (summary(MargE=rep(0.789, 5), LaMBO=rep(0.684, 5), SFT=rep(0.5, 5)), "disagree"),
+        (summary(MargE=rep(0.789, 4), LaMBO=rep(0.684, 4), SFT=rep(0.5, 4)), "inconclusive"),
+        (summary(MargE=rep(0.6, 3), LaMBO=rep(0.5, 3), SFT=rep(0.8, 3)), "inconclusive"),
+        (summary(MargE=rep(0.6, 4), SFT=rep(0.7, 4)), "not comparable"),
+        (summary(MargE=rep(0.6, 4), LaMBO=rep(0.5, 4)), "not comparable"),
     ],
 )
 def test_solver_medium_pair_outperforms(data, expected) -> None:
-    assert vd.solver_medium_pair_outperforms("f2", data).verdict == expected
+    assert vd.solver_medium_pair_outperforms("f2", data, 4).verdict == expected
 
 
 # ------------------------------------------------------------------------------------------
 # Fig. 2
 # ------------------------------------------------------------------------------------------
-LIKE = {"GA": [0.3, 0.35, 0.32], "LLOME-MargE": [0.4, 0.36, 0.35], "LaMBO-2": [0.9, 0.95, 0.94]}
+LIKE = {
+    "GA": [0.3, 0.35, 0.32, 0.31],
+    "LLOME-MargE": [0.4, 0.36, 0.38, 0.37],
+    "LaMBO-2": [0.9, 0.95, 0.94, 0.93],
+}
 
 
 @pytest.mark.parametrize(
     "rates, expected",
     [
         (LIKE, "agree"),
-        ({**LIKE, "LaMBO-2": [0.2, 0.25, 0.3]}, "disagree"),
-        ({**LIKE, "GA": [0.9, 0.95, 0.94]}, "inconclusive"),  # a tie at the top
+        ({k: v[:3] for k, v in LIKE.items()}, "inconclusive"),  # 3 runs: p 0.1 at best
+        ({**LIKE, "LaMBO-2": [0.2, 0.25, 0.3, 0.22]}, "inconclusive"),  # 0.029 > 0.05 / 2
+        (
+            {"GA": [0.3] * 5, "LLOME-MargE": [0.4] * 5, "LaMBO-2": [0.2] * 5},
+            "disagree",
+        ),
+        ({**LIKE, "GA": [0.9, 0.95, 0.94, 0.93]}, "inconclusive"),  # a tie at the top
         ({**LIKE, "LaMBO-2": [0.9]}, "inconclusive"),  # one run
         # the GA's uniqueness over its de-duplicated archive (1.0 by construction): unlike
         ({**LIKE, "GA": [None, None, None]}, "not comparable"),
         ({"GA": [0.3, 0.3, 0.3]}, "not comparable"),
+        ({"GA": [0.3, 0.3, 0.3], "LaMBO-2": []}, "not comparable"),
     ],
 )
 def test_diversity_lambo2_most_unique(rates, expected) -> None:
@@ -126,25 +328,35 @@ def test_diversity_lambo2_most_unique(rates, expected) -> None:
 @pytest.mark.parametrize(
     "rates, expected",
     [
-        ({"GA": [0.8] * 3, "LLOME-SFT": [0.5] * 3, "LaMBO-2": [0.9] * 3}, "agree"),
-        ({"GA": [0.86] * 3, "LLOME-SFT": [0.5] * 3, "LaMBO-2": [0.66] * 3}, "disagree"),
-        ({"GA": [0.8] * 2, "LLOME-SFT": [0.5] * 3, "LaMBO-2": [0.9] * 3}, "inconclusive"),
+        ({"GA": [0.8] * 4, "LLOME-SFT": [0.5] * 4, "LaMBO-2": [0.9] * 4}, "agree"),
+        ({"GA": [0.86] * 5, "LLOME-SFT": [0.5] * 5, "LaMBO-2": [0.66] * 5}, "disagree"),
+        ({"GA": [0.8] * 2, "LLOME-SFT": [0.5] * 4, "LaMBO-2": [0.9] * 4}, "inconclusive"),
         # LLOME's feasibility after the Filter's cap is not measured like the others'
         ({"GA": [0.8] * 3, "LLOME-SFT": [None] * 3, "LaMBO-2": [0.9] * 3}, "not comparable"),
     ],
 )
 def test_diversity_lambo2_most_feasible(rates, expected) -> None:
-    assert vd.diversity_lambo2_most_feasible(rates).verdict == expected
+    v = vd.diversity_lambo2_most_feasible(rates)
+    assert v.verdict == expected
+    if expected != "not comparable":
+        assert v.test.startswith("exact two-sided permutation test on per-seed run mean of")
+
+
+#: medians equal (0.4), means apart: 11 vs 11 (sampled test, p 0.035) -- ties are no order
+SAME_MEDIAN = [0.4] * 6 + [0.9] * 5
 
 
 @pytest.mark.parametrize(
     "rates, expected",
     [
         (LIKE, "agree"),
-        ({**LIKE, "LLOME-MargE": [0.1, 0.2, 0.1]}, "disagree"),
-        ({**LIKE, "LLOME-MargE": [0.3, 0.35, 0.32]}, "inconclusive"),
+        ({**LIKE, "LLOME-MargE": [0.1, 0.2, 0.1, 0.15]}, "disagree"),
+        ({**LIKE, "LLOME-MargE": [0.3, 0.35, 0.32, 0.31]}, "inconclusive"),
         ({"LLOME-MargE": [0.4] * 3, "LaMBO-2": [0.9] * 3}, "not comparable"),
         ({**LIKE, "GA": [1.0, None, 1.0]}, "not comparable"),
+        # equal medians: no order, whichever way the means go
+        ({"GA": [0.4] * 11, "LLOME-MargE": SAME_MEDIAN}, "inconclusive"),
+        ({"GA": SAME_MEDIAN, "LLOME-MargE": [0.4] * 11}, "inconclusive"),
     ],
 )
 def test_diversity_more_unique_than_ga(rates, expected) -> None:
@@ -153,20 +365,42 @@ def test_diversity_more_unique_than_ga(rates, expected) -> None:
     assert v.claim == "LLOME-MargE generates more unique sequences than the GA"
 
 
+def test_same_median_means_do_differ() -> None:
+    """The SAME_MEDIAN case is a real difference of means (so only the rule keeps it a tie)."""
+    assert vd._pair("a", [0.4] * 11, "b", SAME_MEDIAN, None).p < vd.ALPHA
+    assert not vd.stats.is_exact((11, 11))
+
+
+def _dpo(first: float, last: float) -> list[float]:
+    return [first, 0.5 * (first + last), last]
+
+
 @pytest.mark.parametrize(
     "unique, feasible, expected",
     [
-        # diversity falls 0.1 -> 0.01, feasibility +0.02: no improvement
-        ([[0.1, 0.02, 0.01]] * 3, [[0.5, 0.51, 0.52]] * 3, "agree"),
-        ([[0.1, 0.02, 0.01]] * 3, [[0.5, 0.6, 0.7]] * 3, "disagree"),  # feasibility +0.2
-        ([[0.1, 0.3]] * 3, [[0.5, 0.5]] * 3, "disagree"),  # diversity +0.2
+        # diversity falls, feasibility +0.02 over 5 runs: p 1/32 below 0.05 for both
+        ([_dpo(0.1, 0.01)] * 5, [_dpo(0.5, 0.52)] * 5, "agree"),
+        ([_dpo(0.1, 0.01)] * 4, [_dpo(0.5, 0.52)] * 4, "inconclusive"),  # p 1/16
+        ([_dpo(0.1, 0.01)] * 5, [_dpo(0.5, 0.7)] * 5, "inconclusive"),  # 2/32 > 0.05 / 2
+        ([_dpo(0.1, 0.01)] * 7, [_dpo(0.5, 0.7)] * 7, "disagree"),  # 2/128
+        ([_dpo(0.1, 0.01)] * 6, [_dpo(0.5, 0.7)] * 6, "inconclusive"),  # 2/64 > 0.025
+        ([[0.1, 0.3]] * 7, [[0.5, 0.5]] * 7, "disagree"),  # diversity +0.2
+        # +0.045: below IMPROVEMENT_MIN; +0.055: above it
+        ([[0.0, 0.045]] * 7, [[0.5, 0.5]] * 7, "agree"),
+        ([[0.0, 0.055]] * 7, [[0.5, 0.5]] * 7, "disagree"),
+        # exactly IMPROVEMENT_MIN (0.05 - 0.0 is exact) is an improvement
+        ([[0.0, 0.05]] * 7, [[0.5, 0.5]] * 7, "disagree"),
+        # median change exactly 0.05 (six runs) with five runs falling 0.95: no improvement by
+        # the means, none below 0.05 by the medians: neither side decides
+        ([[0.0, 0.05]] * 6 + [[1.0, 0.05]] * 5, [[0.5, 0.4]] * 11, "inconclusive"),
         ([[0.1, 0.02]] * 2 + [[0.1]], [[0.5, 0.5]] * 2 + [[0.5]], "inconclusive"),
         ([[0.1]] * 3, [[0.5]] * 3, "not comparable"),  # DPO collapsed after one round
         ([[0.1, 0.02]] * 3, [[None, None]] * 3, "not comparable"),
     ],
 )
 def test_diversity_dpo_does_not_improve(unique, feasible, expected) -> None:
-    assert vd.diversity_dpo_does_not_improve(unique, feasible).verdict == expected
+    v = vd.diversity_dpo_does_not_improve(unique, feasible)
+    assert v.verdict == expected, v.reason
 
 
 # ------------------------------------------------------------------------------------------
@@ -195,6 +429,12 @@ def test_spearman_feasible_leaves_infeasible_candidates_out() -> None:
     assert vd.calibration_higher_likelihood_lower_regret("m", lik, values).verdict == "inconclusive"
 
 
+def test_spearman_feasible_above_is_strict() -> None:
+    """Likelihood exactly 0.7 is not above 0.7."""
+    lik = np.array([0.7, 0.75, 0.8, 0.9])
+    assert vd.spearman_feasible(lik, np.array([0.1, 0.2, 0.3, 0.5]), above=0.7)[1] == 3
+
+
 @pytest.mark.parametrize(
     "data, expected",
     [
@@ -207,9 +447,35 @@ def test_spearman_feasible_leaves_infeasible_candidates_out() -> None:
 )
 def test_calibration_higher_likelihood_lower_regret(data, expected) -> None:
     lik, values = data
-    assert (
-        vd.calibration_higher_likelihood_lower_regret("LLOME-SFT", lik, values).verdict == expected
-    )
+    v = vd.calibration_higher_likelihood_lower_regret("LLOME-SFT", lik, values)
+    assert v.verdict == expected
+    if expected != "not comparable":
+        assert v.test.startswith("Spearman rho") and v.n == "400"
+
+
+def _patched_rho(monkeypatch, rho: float, n: int) -> None:
+    monkeypatch.setattr(vd, "spearman_feasible", lambda lik, val, above=None: (rho, n))
+
+
+# n = 5: the band is 1.96 / 2 = 0.98 (exact: halving is exact in binary)
+BAND_CASES = [(-0.99, "agree"), (-0.98, "inconclusive"), (-0.9, "inconclusive")]
+BAND_CASES += [(0.9, "inconclusive"), (0.98, "inconclusive"), (0.99, "disagree")]
+
+
+@pytest.mark.parametrize("rho, expected", BAND_CASES)
+def test_calibration_band_edges(monkeypatch, rho, expected) -> None:
+    _patched_rho(monkeypatch, rho, 5)
+    lik = np.ones(5)
+    v = vd.calibration_higher_likelihood_lower_regret("m", lik, lik)
+    assert v.verdict == expected
+    assert v.p == pytest.approx(math.erfc(abs(rho) * 2 / math.sqrt(2)))
+
+
+@pytest.mark.parametrize("rho, expected", BAND_CASES)
+def test_overconfidence_band_edges(monkeypatch, rho, expected) -> None:
+    _patched_rho(monkeypatch, -rho, 5)
+    lik = np.ones(5)
+    assert vd.calibration_overconfident("m", lik, lik).verdict == expected
 
 
 def _overconfident(sign: float, n: int = 400):
@@ -228,6 +494,9 @@ def _overconfident(sign: float, n: int = 400):
         (_overconfident(0.0), "inconclusive"),
         # no feasible candidate above 0.7: the paper's regime is never reached
         ((np.array([0.2, 0.6, 0.9]), np.array([0.1, 0.2, -np.inf])), "not comparable"),
+        # feasible candidates in (0.6, 0.7] only, or in (0.7, 0.8] only
+        ((np.array([0.61, 0.65, 0.7]), np.array([0.1, 0.2, 0.3])), "not comparable"),
+        ((np.array([0.71, 0.75, 0.8]), np.array([0.1, 0.2, 0.3])), "inconclusive"),
         ((None, None), "not comparable"),
     ],
 )
@@ -256,12 +525,21 @@ FIRST, LAST = "LLOME-SFT1-MargE9", "LLOME-SFT10-MargE0"
         ({FIRST: [0.0, 0.2, 0.1], LAST: [0.3] * 3, "LLOME-SFT5-MargE5": [0.4] * 3}, "agree"),
         ({FIRST: [0.0, 0.2, 0.1], LAST: [0.0, 0.3, 0.3]}, "disagree"),  # another solves
         ({FIRST: [0.789] * 3, LAST: [0.789] * 3}, "disagree"),  # nobody finds the optimum
+        ({FIRST: [0.0, 0.2], LAST: [0.3] * 3}, "inconclusive"),  # 2 seeds: below MIN_SEEDS
         ({FIRST: [0.0], LAST: [0.3] * 3}, "inconclusive"),
+        # the tolerance of the optimum: 1e-9 is regret 0, 5e-9 is not, 5e-10 is
+        ({FIRST: [1e-9, 0.2, 0.1], LAST: [0.3] * 3}, "agree"),
+        ({FIRST: [5e-10, 0.2, 0.1], LAST: [0.3] * 3}, "agree"),
+        ({FIRST: [5e-9, 0.2, 0.1], LAST: [0.3] * 3}, "disagree"),
+        ({FIRST: [0.0, 0.2, 0.1], LAST: [5e-9, 0.3, 0.3]}, "agree"),
         ({LAST: [0.3] * 3}, "not comparable"),
     ],
 )
 def test_sft_marge_sole_optimum(finals, expected) -> None:
-    assert vd.sft_marge_sole_optimum(FIRST, finals).verdict == expected
+    v = vd.sft_marge_sole_optimum(FIRST, finals)
+    assert v.verdict == expected
+    if expected != "not comparable":
+        assert v.test.startswith("no test") and v.p is None
 
 
 @pytest.mark.parametrize(
@@ -270,6 +548,18 @@ def test_sft_marge_sole_optimum(finals, expected) -> None:
         ({FIRST: (-0.6, 10_000), LAST: (-0.5, 10_000)}, "agree"),
         ({FIRST: (-0.5, 10_000), LAST: (-0.6, 10_000)}, "disagree"),
         ({FIRST: (-0.55, 300), LAST: (-0.56, 300)}, "inconclusive"),
+        # n = 3 each: the noise is exactly 1.96 (sqrt(1/2 + 1/2) = 1); -0.98 vs 0.98 is on it
+        ({FIRST: (-0.98, 3), LAST: (0.98, 3)}, "inconclusive"),
+        ({FIRST: (-0.99, 3), LAST: (0.98, 3)}, "agree"),
+        ({FIRST: (0.98, 3), LAST: (-0.98, 3)}, "inconclusive"),
+        ({FIRST: (0.99, 3), LAST: (-0.98, 3)}, "disagree"),
+        # n = 101 each: noise 1.96 sqrt(0.02) = 0.277 (without the sqrt it would be 0.039)
+        ({FIRST: (-0.7, 101), LAST: (-0.5, 101)}, "inconclusive"),
+        ({FIRST: (-0.8, 101), LAST: (-0.5, 101)}, "agree"),
+        ({FIRST: (-0.5, 101), LAST: (-0.75, 101)}, "inconclusive"),
+        ({FIRST: (-0.5, 101), LAST: (-0.8, 101)}, "disagree"),
+        # the lowest other rho is the one compared
+        ({FIRST: (-0.8, 101), LAST: (-0.5, 101), "x": (-0.7, 101)}, "inconclusive"),
         # the cpu report's table: no rho for SFT1-MargE9 (its candidate log was not found)
         ({FIRST: (float("nan"), 0), LAST: (-0.5, 300)}, "not comparable"),
         ({FIRST: (-0.5, 300)}, "not comparable"),
@@ -279,18 +569,38 @@ def test_sft_marge_best_calibration(rho, expected) -> None:
     assert vd.sft_marge_best_calibration(FIRST, rho).verdict == expected
 
 
+def test_sft_marge_best_calibration_states_its_p() -> None:
+    v = vd.sft_marge_best_calibration(FIRST, {FIRST: (-0.98, 3), LAST: (0.98, 3)})
+    assert v.n == "3 vs 3" and v.p == pytest.approx(math.erfc(1.96 / math.sqrt(2)))
+
+
+MIDDLE = ("LLOME-SFT3-MargE7", "LLOME-SFT5-MargE5", "LLOME-SFT7-MargE3")
+
+
+def _pipelines(first: float, last: float, middle: float, n: int, middles: int = 3):
+    data = {FIRST: rep(first, n), LAST: rep(last, n)}
+    data.update({m: rep(0.6, n) for m in MIDDLE[: middles - 1]})
+    data[MIDDLE[middles - 1]] = rep(middle, n)
+    return {p: {"values": v} for p, v in data.items()}
+
+
 @pytest.mark.parametrize(
-    "medians, expected",
+    "data, expected",
     [
-        ({FIRST: 0.5, LAST: 0.6, "LLOME-SFT5-MargE5": 0.8}, "agree"),
-        ({FIRST: 0.5, LAST: 0.9, "LLOME-SFT5-MargE5": 0.8}, "disagree"),
-        ({FIRST: 0.789, LAST: 0.789, "LLOME-SFT5-MargE5": 0.789}, "inconclusive"),
-        ({FIRST: 0.5, LAST: 0.6}, "not comparable"),
+        # three intermediates: agree needs p < 0.05 / 3 per endpoint (5 vs 5: 0.008)
+        (_pipelines(0.5, 0.6, 0.8, 5), "agree"),
+        (_pipelines(0.5, 0.6, 0.8, 4), "inconclusive"),  # 0.029 > 0.017
+        (_pipelines(0.5, 0.6, 0.8, 4, middles=1), "agree"),  # one intermediate: 0.05
+        (_pipelines(0.5, 0.9, 0.8, 5), "disagree"),  # an endpoint is worse
+        (_pipelines(0.5, 0.9, 0.8, 4), "inconclusive"),  # 0.029 > 0.05 / 2
+        (_pipelines(0.5, 0.75, 0.8, 5), "inconclusive"),  # within a level of the last
+        (_pipelines(0.789, 0.789, 0.789, 5), "inconclusive"),
+        (_pipelines(0.5, 0.6, 0.8, 3), "inconclusive"),
+        ({FIRST: {"values": [0.5]}, LAST: {"values": [0.6]}}, "not comparable"),
     ],
 )
-def test_sft_marge_intermediate_worst(medians, expected) -> None:
-    data = {p: {"median": v, "seeds": 3} for p, v in medians.items()}
-    assert vd.sft_marge_intermediate_worst(data, FIRST, LAST).verdict == expected
+def test_sft_marge_intermediate_worst(data, expected) -> None:
+    assert vd.sft_marge_intermediate_worst(data, FIRST, LAST, 4).verdict == expected
 
 
 # ------------------------------------------------------------------------------------------
@@ -302,26 +612,54 @@ SOLVED = [0.97, 0.9, 0.0]
 UNTRAINED = [0.97]  # stopped after round 0
 
 
+def _gain_at(k: int, rounds: int = 10, end: float = 0.86) -> list[float]:
+    """A run whose last improvement is at round ``k`` (then flat)."""
+    return [0.97] * k + [end] * (rounds + 1 - k)
+
+
 @pytest.mark.parametrize(
     "runs, expected",
     [
-        ([FLAT_EARLY] * 3, "agree"),
-        ([[0.97, 0.97, 0.97]] * 3, "disagree"),
+        ([FLAT_EARLY] * 6, "agree"),  # 6 decreases: two-sided p 2/64
+        ([FLAT_EARLY] * 5, "inconclusive"),  # 2/32 > 0.05
+        ([[0.97, 0.97, 0.97]] * 5, "disagree"),  # 5 runs flat: below a level, p 1/32
+        ([[0.97, 0.97, 0.97]] * 4, "inconclusive"),
+        ([[0.97, 0.97]] * 5, "disagree"),  # two rounds are a trained run
+        # median decrease 0 but seven runs decrease: by the test, not by the rule
+        ([[0.97, 0.97]] * 8 + [[0.97, 0.87]] * 7, "inconclusive"),
+        # median decrease exactly one level (0.125 at regret 0.5, q = 4): not below it
+        ([[0.5, 0.375]] * 6 + [[0.5, 0.7]] * 5, "inconclusive"),
+        ([[0.5, 0.4]] * 6 + [[0.5, 0.7]] * 5, "disagree"),  # 0.1 below the level
         ([FLAT_EARLY], "inconclusive"),
         ([UNTRAINED] * 3, "not comparable"),
     ],
 )
 def test_reinforce_decreases_regret(runs, expected) -> None:
-    assert vd.reinforce_decreases_regret(runs).verdict == expected
+    v = vd.reinforce_decreases_regret(runs, 4)
+    assert v.verdict == expected, v.reason
+
+
+def test_reinforce_decreases_regret_states_the_floor() -> None:
+    v = vd.reinforce_decreases_regret([FLAT_EARLY] * 5, 4)
+    assert "5 runs cannot reach p < 0.05 two-sided (smallest p 0.0625)" in v.reason
+    assert v.p == pytest.approx(2 / 32) and v.n == "5"
 
 
 @pytest.mark.parametrize(
     "runs, expected",
     [
-        ([FLAT_EARLY, FLAT_EARLY, LATE], "agree"),
-        ([LATE, LATE, FLAT_EARLY], "disagree"),
-        ([SOLVED, SOLVED, FLAT_EARLY], "disagree"),  # reaching the optimum is no plateau
-        ([FLAT_EARLY, LATE, FLAT_EARLY, LATE], "inconclusive"),
+        ([FLAT_EARLY] * 5, "agree"),  # 5 of 5 plateau: sign test p 1/32
+        ([FLAT_EARLY] * 4, "inconclusive"),  # 1/16
+        ([LATE] * 5, "disagree"),
+        ([FLAT_EARLY, FLAT_EARLY, LATE], "inconclusive"),
+        ([SOLVED] * 5, "disagree"),  # reaching the optimum is no plateau
+        # the last gain at round 5 of 10 is early (at most half), at round 6 it is not
+        ([_gain_at(5)] * 5, "agree"),
+        ([_gain_at(6)] * 5, "disagree"),
+        ([_gain_at(4)] * 5, "agree"),
+        # a run at regret 1e-9 reached the optimum (no plateau); at 2e-9 it did not
+        ([_gain_at(2, end=1e-9)] * 5, "disagree"),
+        ([_gain_at(2, end=2e-9)] * 5, "agree"),
         ([FLAT_EARLY], "inconclusive"),
         ([UNTRAINED] * 3, "not comparable"),
     ],
@@ -334,8 +672,10 @@ def test_reinforce_plateaus_early(runs, expected) -> None:
     "runs, expected",
     [
         ([FLAT_EARLY, LATE, FLAT_EARLY], "agree"),
+        ([[0.97, 0.9]] * 3, "agree"),  # two rounds are a trained run
         ([SOLVED], "disagree"),  # one counterexample suffices
-        ([FLAT_EARLY, LATE], "inconclusive"),
+        ([[0.97, 1e-9]], "disagree"),
+        ([FLAT_EARLY, LATE], "inconclusive"),  # below MIN_SEEDS runs
         ([UNTRAINED], "not comparable"),
     ],
 )
@@ -346,14 +686,16 @@ def test_reinforce_never_optimal(runs, expected) -> None:
 @pytest.mark.parametrize(
     "data, expected",
     [
-        (summary(MargE=0.5, REINFORCE=0.79, GA=0.1), "agree"),  # the GA is not compared here
-        (summary(MargE=0.86, REINFORCE=0.79), "disagree"),
-        (summary(MargE=0.789, REINFORCE=0.789), "inconclusive"),
-        (summary(MargE=0.5), "not comparable"),
+        (summary(MargE=rep(0.5, 4), REINFORCE=rep(0.79, 4), GA=rep(0.1, 4)), "agree"),
+        (summary(MargE=rep(0.86, 4), REINFORCE=rep(0.5, 4)), "disagree"),
+        (summary(MargE=rep(0.5, 3), REINFORCE=rep(0.79, 3)), "inconclusive"),
+        (summary(MargE=rep(0.789, 4), REINFORCE=rep(0.789, 4)), "inconclusive"),
+        (summary(MargE=rep(0.5, 4)), "not comparable"),
+        (summary(REINFORCE=rep(0.5, 4)), "not comparable"),
     ],
 )
 def test_reinforce_marge_ends_lower(data, expected) -> None:
-    assert vd.reinforce_marge_ends_lower(data).verdict == expected
+    assert vd.reinforce_marge_ends_lower(data, 4).verdict == expected
 
 
 # ------------------------------------------------------------------------------------------
@@ -364,18 +706,25 @@ def test_reinforce_marge_ends_lower(data, expected) -> None:
     [
         ([[0.9, 0.85, 0.8]] * 8 + [[0.8, 0.8, 0.8]], "agree"),  # 8 of 9 lower, p = 0.02
         ([[0.8, 0.8, 0.8]] * 8 + [[0.9, 0.85, 0.8]], "disagree"),  # ties count against
+        # 10 of 13: p 0.046 (below 0.05); 8 of 10: p 0.055 (not)
+        ([[0.9, 0.8]] * 10 + [[0.8, 0.8]] * 3, "agree"),
+        ([[0.9, 0.8]] * 8 + [[0.8, 0.8]] * 2, "inconclusive"),
         ([[0.9, 0.8], [0.8, 0.8], [0.8, 0.9]], "inconclusive"),
         ([[0.9]] * 5, "not comparable"),
     ],
 )
 def test_refinement_reduces_regret(per_round, expected) -> None:
-    assert vd.refinement_reduces_regret("LLOME-MargE", per_round).verdict == expected
+    v = vd.refinement_reduces_regret("LLOME-MargE", per_round)
+    assert v.verdict == expected
+    if expected != "not comparable":
+        assert v.test == "one-sided sign test (binomial, 1/2)"
 
 
 @pytest.mark.parametrize(
     "per_round, expected",
     [
         ([[0.9, 0.8, 0.8, 0.8]] * 6, "agree"),  # only the first step helps, 6 rounds: p = 0.016
+        ([[0.9, 0.8, 0.8]] * 6, "agree"),  # three iterations: a first and a last step
         ([[0.9, 0.9, 0.9, 0.8]] * 6, "disagree"),
         ([[0.9, 0.8, 0.7, 0.6]] * 6, "inconclusive"),  # both help every time: no discordance
         ([[0.9, 0.8]] * 6, "not comparable"),  # two iterations: the first step is the last
@@ -396,16 +745,23 @@ def _sel(miss: bool, better: bool = True, candidates: int = 5000, j: int = 2000)
     "rounds, expected",
     [
         ([_sel(True)] * 4 + [_sel(False)] * 6, "agree"),  # 4 of 10
+        ([_sel(True)] * 4 + [_sel(False)] * 8, "agree"),  # 4 of 12: exactly a third
+        ([_sel(True)] * 3 + [_sel(False)] * 7, "disagree"),  # 0.3, below a third
         # the old rule's "at least once": 1 of 10 met it; "often" does not
         ([_sel(True)] + [_sel(False)] * 9, "disagree"),
+        ([_sel(True)] * 4 + [_sel(False)] * 5, "inconclusive"),  # 9 rounds: below MIN_ROUNDS
         ([_sel(True)] * 3, "inconclusive"),
-        # every candidate selected (j = candidates): no choice, so no round counts
+        # every candidate selected (j = candidates), or none: no choice, so no round counts
         ([_sel(False, candidates=2000)] * 10, "not comparable"),
+        ([_sel(True, j=0)] * 10, "not comparable"),
         ([], "not comparable"),
     ],
 )
 def test_selection_misses_best_often(rounds, expected) -> None:
-    assert vd.selection_misses_best_often("LLOME-MargE", rounds).verdict == expected
+    v = vd.selection_misses_best_often("LLOME-MargE", rounds)
+    assert v.verdict == expected
+    if expected != "not comparable":
+        assert v.test.startswith("no test") and v.n == str(len(rounds))
 
 
 @pytest.mark.parametrize(
@@ -413,6 +769,8 @@ def test_selection_misses_best_often(rounds, expected) -> None:
     [
         ([_sel(True, better=True)] * 10, "agree"),
         ([_sel(True, better=False)] * 10, "disagree"),
+        # the selection's mean equal to all candidates' is not better
+        ([SelectionRound(5000, 2000, 0.8, 0.79, 0.9, 0.9)] * 10, "disagree"),
         ([_sel(True, True), _sel(True, False)] * 3, "inconclusive"),
         ([_sel(True, candidates=2000)] * 10, "not comparable"),
     ],
@@ -427,25 +785,32 @@ def test_selection_high_scoring(rounds, expected) -> None:
 @pytest.mark.parametrize(
     "data, last_round, expected",
     [
-        (summary(MargE=0.5, LaMBO=0.9, GA=1.0), {"LLOME-MargE": 10}, "agree"),
-        (summary(MargE=0.9, LaMBO=0.5, GA=1.0), {"LLOME-MargE": 10}, "disagree"),
+        (summary(MargE=rep(0.5, 4), LaMBO=rep(0.9, 4)), {"LLOME-MargE": 10}, "agree"),
+        (summary(MargE=rep(0.5, 4), LaMBO=rep(0.9, 4)), {"LLOME-MargE": 1}, "agree"),
+        (summary(MargE=rep(0.9, 4), LaMBO=rep(0.5, 4)), {"LLOME-MargE": 10}, "disagree"),
+        # q = 2: a level at regret 0.5 is 0.25; 0.7 is within it
+        (summary(MargE=rep(0.5, 4), LaMBO=rep(0.7, 4)), {"LLOME-MargE": 10}, "inconclusive"),
         # the cpu report: MargE 1.000 > LaMBO-2 0.938, but every LLOME run stopped after round 0
-        (summary(MargE=1.0, LaMBO=0.938, GA=1.0), {"LLOME-MargE": 0}, "not comparable"),
-        (summary(MargE=1.0, LaMBO=1.0), {"LLOME-MargE": 10}, "inconclusive"),
+        (summary(MargE=rep(1.0, 3), LaMBO=rep(0.938, 3)), {"LLOME-MargE": 0}, "not comparable"),
+        (summary(MargE=rep(1.0, 4), LaMBO=rep(1.0, 4)), {"LLOME-MargE": 10}, "inconclusive"),
     ],
 )
 def test_half_quant_marge_best(data, last_round, expected) -> None:
-    assert vd.half_quant_marge_best(data, last_round).verdict == expected
+    assert vd.half_quant_marge_best(data, last_round, 2).verdict == expected
 
 
 # ------------------------------------------------------------------------------------------
 # Fig. 9
 # ------------------------------------------------------------------------------------------
-def _points(marge: float, lambo: float, seeds: int = 3):
+def _points(marge: float, lambo: float, seeds: int = 4, last: int = vd.PAPER_22K_AFTER_ROUND0):
     return [
-        (after, summary(seeds, MargE=marge, LaMBO=lambo))
-        for after in range(2000, vd.PAPER_22K_AFTER_ROUND0 + 1, 2000)
+        (after, summary(MargE=rep(marge, seeds), LaMBO=rep(lambo, seeds)))
+        for after in range(2000, last + 1, 2000)
     ]
+
+
+def _one_point(marge: float, lambo: float, seeds: int = 4):
+    return [(12_000, summary(MargE=rep(marge, seeds), LaMBO=rep(lambo, seeds)))]
 
 
 @pytest.mark.parametrize(
@@ -453,10 +818,17 @@ def _points(marge: float, lambo: float, seeds: int = 3):
     [
         (_points(0.789, 0.789), 20_000, "agree"),
         (_points(0.789, 0.77), 20_000, "agree"),  # 0.019 < one level (0.053)
-        # one level apart: 0.1 called it comparable, a level does not
-        (_points(0.789, 0.859), 20_000, "disagree"),
-        (_points(0.789, 0.684), 20_000, "disagree"),
+        (_one_point(0.5, 0.62), 20_000, "agree"),  # within the lower regret's level (0.125)
+        (_one_point(0.5, 0.625), 20_000, "disagree"),  # exactly one level apart
+        # one level apart at every budget: 0.1 called it comparable, a level does not; with six
+        # budgets disagree needs p < 0.05 / 6 (5 vs 5: 0.008)
+        (_points(0.789, 0.859, seeds=5), 20_000, "disagree"),
+        (_points(0.789, 0.859), 20_000, "inconclusive"),
+        (_points(0.789, 0.684, seeds=5), 20_000, "disagree"),
+        (_points(0.789, 0.789, seeds=3), 20_000, "inconclusive"),  # TOST p 0.05 at best
         (_points(0.789, 0.789, seeds=1), 20_000, "inconclusive"),
+        (_points(0.789, 0.789), 12_000, "agree"),  # the runs reach 12K after round 0
+        (_points(0.789, 0.789), 11_999, "not comparable"),
         (_points(0.789, 0.789), 4_000, "not comparable"),  # smoke: the budget stops before 22K
     ],
 )
@@ -469,15 +841,25 @@ def test_model_size_comparable_to_pythia_is_not_comparable_without_its_runs() ->
     assert v.verdict == "not comparable"
 
 
+def _marge(*values: float):
+    return summary(MargE=list(values))
+
+
 @pytest.mark.parametrize(
     "at_22k, at_end, budget, expected",
     [
-        (summary(MargE=0.789), summary(MargE=0.789), 20_000, "agree"),
-        (summary(MargE=0.789), summary(MargE=0.77), 20_000, "agree"),  # < one level
-        (summary(MargE=0.789), summary(MargE=0.684), 20_000, "disagree"),
-        (summary(1, MargE=0.789), summary(1, MargE=0.789), 20_000, "inconclusive"),
-        (summary(MargE=0.789), summary(MargE=0.789), 12_000, "not comparable"),
-        (summary(LaMBO=0.789), summary(LaMBO=0.7), 20_000, "not comparable"),
+        (_marge(*rep(0.789, 5)), _marge(*rep(0.789, 5)), 20_000, "agree"),  # p 1/32
+        (_marge(*rep(0.789, 5)), _marge(*rep(0.77, 5)), 20_000, "agree"),  # < one level
+        (_marge(*rep(0.789, 4)), _marge(*rep(0.789, 4)), 20_000, "inconclusive"),  # 1/16
+        (_marge(*rep(0.789, 6)), _marge(*rep(0.684, 6)), 20_000, "disagree"),  # 2/64
+        (_marge(*rep(0.789, 5)), _marge(*rep(0.684, 5)), 20_000, "inconclusive"),  # 2/32
+        # 0.5 -> 0.375 is exactly one level (0.125): not a plateau; 0.5 -> 0.38 is
+        (_marge(*rep(0.5, 6)), _marge(*rep(0.375, 6)), 20_000, "disagree"),
+        (_marge(*rep(0.5, 6)), _marge(*rep(0.38, 6)), 20_000, "agree"),
+        (_marge(*rep(0.789, 5)), _marge(*rep(0.789, 5)), 13_000, "agree"),
+        (_marge(*rep(0.789, 5)), _marge(*rep(0.789, 5)), 12_000, "not comparable"),
+        (_marge(*rep(0.789, 5)), _marge(*rep(0.789, 4)), 20_000, "not comparable"),
+        (summary(LaMBO=[0.789]), summary(LaMBO=[0.7]), 20_000, "not comparable"),
     ],
 )
 def test_model_size_plateaus(at_22k, at_end, budget, expected) -> None:
@@ -490,59 +872,95 @@ def test_model_size_plateaus(at_22k, at_end, budget, expected) -> None:
 RANGES = {"v": 0.55, "L": 0.14, "c": 0.22, "k": 0.21, "q": 0.82}
 
 
+def _ranges(seeds: int = 4, **changed: float) -> dict[str, list[float]]:
+    return {p: rep(r, seeds) for p, r in {**RANGES, **changed}.items()}
+
+
 @pytest.mark.parametrize(
-    "ranges, seeds, expected",
+    "ranges, expected",
     [
-        (RANGES, 4, "agree"),
-        ({**RANGES, "v": 0.9}, 4, "disagree"),
-        ({**RANGES, "v": 0.82}, 4, "inconclusive"),
-        (RANGES, 2, "inconclusive"),
-        ({}, 4, "not comparable"),
-        ({k: v for k, v in RANGES.items() if k != "q"}, 4, "not comparable"),
+        (_ranges(), "agree"),
+        (_ranges(5, v=0.9), "disagree"),  # four others: 5 vs 5 p 0.008 < 0.0125
+        (_ranges(4, v=0.9), "inconclusive"),  # 0.029 > 0.0125
+        (_ranges(v=0.82), "inconclusive"),
+        (_ranges(seeds=2), "inconclusive"),
+        (_ranges(seeds=3), "inconclusive"),
+        ({}, "not comparable"),
+        ({"q": [0.8] * 4}, "not comparable"),
+        ({p: r for p, r in _ranges().items() if p != "q"}, "not comparable"),
     ],
 )
-def test_ga_difficulty_q_strongest(ranges, seeds, expected) -> None:
-    assert vd.ga_difficulty_q_strongest(ranges, seeds).verdict == expected
+def test_ga_difficulty_q_strongest(ranges, expected) -> None:
+    assert vd.ga_difficulty_q_strongest(ranges).verdict == expected
 
 
-RUNS = {"GA": 15, "LaMBO-2": 9, "LLOME-SFT": 9, "LLOME-MargE": 9, "LLOME-DPO": 9}
+def _hv(variant, ga, lambo, function: str = "f2"):
+    return {"LLOME-MargE": {function: variant}, "GA": {function: ga}, "LaMBO-2": {function: lambo}}
 
 
 @pytest.mark.parametrize(
-    "hv, runs, expected",
+    "hv, expected",
     [
-        ({"GA": 16.6, "LaMBO-2": 16.0, "LLOME-MargE": 15.0}, RUNS, "agree"),
-        # the cpu report: MargE 15.92 above LaMBO-2's 15.42
-        ({"GA": 16.59, "LaMBO-2": 15.42, "LLOME-MargE": 15.92}, RUNS, "disagree"),
+        (_hv(rep(15.0, 4), rep(16.6, 4), rep(16.0, 4)), "agree"),
+        # issue 53's per-run areas: MargE (16.20, 16.21, 17.48) vs LaMBO-2 (16.76, 17.02, 16.81)
+        (_hv([16.20, 16.21, 17.48], rep(18.0, 3), [16.76, 17.02, 16.81]), "inconclusive"),
+        (_hv(rep(15.92, 5), rep(16.59, 5), rep(15.42, 5)), "disagree"),
+        (_hv(rep(15.92, 4), rep(16.59, 4), rep(15.42, 4)), "inconclusive"),  # 0.029 > 0.025
+        (_hv(rep(15.0, 4), rep(15.0, 4), rep(16.0, 4)), "inconclusive"),  # equal is not lower
+        (_hv(rep(15.0, 4), rep(16.6, 4), [16.0]), "inconclusive"),
+        ({**_hv(rep(15.0, 4), rep(16.6, 4), rep(16.0, 4)), "LaMBO-2": None}, "not comparable"),
+        ({"GA": {"f2": [16.6]}, "LLOME-MargE": {"f2": [15.0]}}, "not comparable"),
         (
-            {"GA": 16.6, "LaMBO-2": 16.0, "LLOME-MargE": 15.0},
-            {**RUNS, "LaMBO-2": 1},
-            "inconclusive",
+            {**_hv(rep(15.0, 4), rep(16.6, 4), rep(16.0, 4)), "GA": {"f1": rep(16.6, 4)}},
+            "not comparable",
         ),
-        ({"GA": 16.6, "LaMBO-2": None, "LLOME-MargE": 15.0}, RUNS, "not comparable"),
-        ({"GA": 16.6, "LLOME-MargE": 15.0}, RUNS, "not comparable"),
     ],
 )
-def test_pareto_llome_variant_below(hv, runs, expected) -> None:
-    assert vd.pareto_llome_variant_below("LLOME-MargE", hv, runs).verdict == expected
+def test_pareto_llome_variant_below(hv, expected) -> None:
+    assert vd.pareto_llome_variant_below("LLOME-MargE", hv).verdict == expected
+
+
+def test_pareto_is_stratified_by_function() -> None:
+    """f2 3 vs 3 and f1 1 vs 1, perfectly separated: 20 x 2 splits, p = 2 / 40 = 0.05 exactly,
+    not below 0.05; the reason says the strata cannot reach it."""
+    hv = {
+        "LLOME-MargE": {"f1": [1.0], "f2": [1.0, 1.1, 1.2]},
+        "GA": {"f1": [2.0], "f2": [2.0, 2.1, 2.2]},
+        "LaMBO-2": {"f1": [2.0], "f2": [2.0, 2.1, 2.2]},
+    }
+    v = vd.pareto_llome_variant_below("LLOME-MargE", hv)
+    assert v.verdict == "inconclusive" and v.p == pytest.approx(0.05)
+    assert v.n == "f1 1 vs 1, f2 3 vs 3"
+    assert "cannot reach p < 0.05 (smallest p 0.05)" in v.reason
+    assert v.reason.startswith("mean hypervolume LLOME-MargE 1.050, GA 2.050, LaMBO-2 2.050")
+    hv["LLOME-MargE"]["f2"] = [1.0, 1.1, 1.2, 1.3]  # 4 vs 3: 35 x 2 splits, p 1/35
+    v = vd.pareto_llome_variant_below("LLOME-MargE", hv)
+    assert v.verdict == "agree" and v.p == pytest.approx(2 / 70)
 
 
 # ------------------------------------------------------------------------------------------
 # Across figures
 # ------------------------------------------------------------------------------------------
 def test_mixed_label_accounting_is_not_comparable() -> None:
-    agree = vd.solver_best("f2", "LLOME-MargE", summary(MargE=0.5, GA=0.9))
+    agree = vd.solver_best("f2", "LLOME-MargE", summary(MargE=rep(0.5, 4), GA=rep(0.9, 4)), 4)
+    assert agree.verdict == "agree"
     assert vd.comparable_accounting(agree, ["pay_once", "pay_once"]) == agree
     assert vd.comparable_accounting(agree, []) == agree
     mixed = vd.comparable_accounting(agree, ["pay_once", "every_evaluation", "pay_once"])
     assert mixed.verdict == "not comparable" and mixed.claim == agree.claim
     assert "every_evaluation, pay_once" in mixed.reason and "as measured: agree" in mixed.reason
+    assert (mixed.test, mixed.n, mixed.p) == (agree.test, agree.n, agree.p)
 
 
 def test_smoke_scale_keeps_the_direction_and_the_not_comparable() -> None:
-    disagree = Verdict("c", "disagree", "why")
+    disagree = Verdict("c", "disagree", "why", "t", "4 vs 4", 0.01)
     assert vd.at_smoke_scale(disagree) == Verdict(
-        "c", "inconclusive", "smoke scale, a pipeline check (direction: disagree): why"
+        "c",
+        "inconclusive",
+        "smoke scale, a pipeline check (direction: disagree): why",
+        "t",
+        "4 vs 4",
+        0.01,
     )
     for kept in ("not comparable", "inconclusive"):
         assert vd.at_smoke_scale(Verdict("c", kept, "why")).verdict == kept
@@ -551,11 +969,29 @@ def test_smoke_scale_keeps_the_direction_and_the_not_comparable() -> None:
 def test_summary_line_lists_every_sub_verdict() -> None:
     """The figure table's cell: no combined verdict hides the f2 disagree."""
     lines = [
-        vd.solver_all_comparable("f1", summary(seeds=1, GA=0.2, MargE=0.0)),
-        vd.solver_best("f2", "LLOME-MargE", summary(MargE=0.789, LaMBO=0.684)),
+        vd.solver_all_comparable("f1", summary(GA=[0.2], MargE=[0.0])),
+        vd.solver_best("f2", "LLOME-MargE", summary(MargE=rep(0.789, 5), LaMBO=rep(0.684, 5)), 4),
     ]
     assert vd.summary_line(lines) == (
         "f1: all methods perform comparably: **inconclusive**; "
         "f2: LLOME-MargE performs the best: **disagree**"
     )
     assert vd.summary_line([]) == "no verdict"
+
+
+def test_every_decided_comparison_names_its_test_n_and_p() -> None:
+    """An agree or disagree of a comparison always carries its test, n and p."""
+    cases = [
+        vd.solver_best("f2", "LLOME-MargE", summary(MargE=rep(0.5, 4), GA=rep(0.9, 4)), 4),
+        vd.solver_all_comparable("f1", summary(GA=rep(0.0, 4), MargE=rep(0.05, 4))),
+        vd.diversity_lambo2_most_unique(LIKE),
+        vd.reinforce_decreases_regret([FLAT_EARLY] * 6, 4),
+        vd.reinforce_plateaus_early([FLAT_EARLY] * 5, 10),
+        vd.model_size_plateaus(_marge(*rep(0.789, 5)), _marge(*rep(0.789, 5)), 4, 20_000),
+        vd.ga_difficulty_q_strongest(_ranges()),
+        vd.pareto_llome_variant_below("LLOME-MargE", _hv(rep(15.0, 4), rep(16.6, 4), rep(16.0, 4))),
+        vd.diversity_dpo_does_not_improve([_dpo(0.1, 0.01)] * 5, [_dpo(0.5, 0.52)] * 5),
+    ]
+    for v in cases:
+        assert v.verdict in ("agree", "disagree"), v
+        assert v.test and v.n and v.p is not None and v.p < vd.ALPHA, v

@@ -37,6 +37,16 @@ __all__ = [
     "saved_run_config",
 ]
 
+#: The one resume rule: beside ``--resume`` a flag may change these settings (``--rounds``; and
+#: ``--budget``, a run setting, which like ``rounds`` only grows), and the trackers and progress
+#: output (``--tracker``, ``--no-progress``, ``--quiet``), which are not settings. Any other
+#: setting given beside ``--resume`` that differs from the saved one is refused, one line naming
+#: it (``RunDirectory.create``).
+RESUMABLE_SETTINGS = ("rounds",)
+
+#: ``rounds`` of a run given ``--budget`` and no ``--rounds``: a cap the budget ends first
+ROUND_CAP_WITH_BUDGET = 1000
+
 #: keys of a run's ``config.json`` that are not settings: ``--config`` accepts such a file
 _NOT_SETTINGS = (
     "optimizer",
@@ -78,7 +88,7 @@ def add_run_arguments(
         "--instance-seed",
         type=int,
         default=None,
-        help="sample the --function 'Ehr(v,L)-c-k-q' with this seed",
+        help="sample the --function 'Ehr(v,L)-c-k-q' with this seed (0 to 2,147,483,647)",
     )
     if presets is not None:
         parser.add_argument(
@@ -90,8 +100,22 @@ def add_run_arguments(
     parser.add_argument(
         "--rounds", type=int, default=None, help=rounds_help or f"{what} rounds (preset: 10)"
     )
+    parser.add_argument(
+        "--budget",
+        type=int,
+        default=None,
+        metavar="N",
+        help="labels to pay after round 0: the run ends at exactly N (its last round labels only "
+        f"what is left); --rounds is then a cap (default {ROUND_CAP_WITH_BUDGET}). On --resume: "
+        "the saved budget, or a larger one",
+    )
     parser.add_argument("--seed", type=int, default=None, help="run seed (default 0)")
     add_run_directory_arguments(parser)
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bars; the round lines (round k/N, labels paid, min regret, ETA) stay",
+    )
     parser.add_argument(
         "--tracker",
         dest="trackers",
@@ -105,10 +129,12 @@ def add_run_arguments(
 
 def run_overrides(args: argparse.Namespace, presets: Iterable[str]) -> dict[str, Any]:
     """The configuration overrides of the common flags that were given: ``seed``,
-    ``function``/``instance_seed`` and ``rounds`` (a flag left out overrides nothing).
+    ``function``/``instance_seed`` and ``rounds`` (a flag left out overrides nothing; ``--budget``
+    without ``--rounds`` sets ``rounds`` to :data:`ROUND_CAP_WITH_BUDGET`).
 
     Raises:
-      ValueError: unknown preset, ``--rounds < 1``, ``--instance-seed`` without ``--function``,
+      ValueError: unknown preset, ``--rounds < 1``, ``--budget < 1``, ``--instance-seed`` without
+        ``--function``,
         or a function name that does not resolve.
     """
     from llome_jax import ehrlich
@@ -129,6 +155,12 @@ def run_overrides(args: argparse.Namespace, presets: Iterable[str]) -> dict[str,
         if args.rounds < 1:
             raise ValueError("--rounds must be >= 1")
         overrides["rounds"] = args.rounds
+    budget = getattr(args, "budget", None)
+    if budget is not None:
+        if budget < 1:
+            raise ValueError("--budget must be >= 1 (labels to pay after round 0)")
+        if args.rounds is None:
+            overrides["rounds"] = ROUND_CAP_WITH_BUDGET
     return overrides
 
 
@@ -227,8 +259,8 @@ def apply_settings(
     settings = configs.merge(config, saved_settings, from_file, flags, assigned)
     result = config.replace(**settings) if settings else config
     if saved_settings and not getattr(args, "print_config", False):
-        changes = _changes(configs, result, saved_settings)
-        if changes:
+        changes = _changes(configs, result, saved_settings, only=RESUMABLE_SETTINGS)
+        if changes:  # the others are refused when the run directory is opened
             print(f"resuming {args.out} with changed settings: {changes}")
     return result
 
@@ -245,13 +277,17 @@ def _settings_of_record(
     return {k: v for k, v in record.items() if k in fields}
 
 
-def _changes(configs: Any, config: Any, saved: Mapping[str, Any]) -> str:
+def _changes(
+    configs: Any, config: Any, saved: Mapping[str, Any], only: Iterable[str] | None = None
+) -> str:
     """``"rounds: 3 -> 5; seed: 0 -> 1"`` for the settings of ``config`` that differ from the
-    ``saved`` ones ("" when none do)."""
+    ``saved`` ones ("" when none do); ``only``: just those keys."""
     before = configs.flatten(config, saved)
     after = configs.flatten(config, config.to_dict())
     text = []
     for key, old in before.items():
+        if only is not None and key not in only:
+            continue
         new = after.get(key, old)
         if json.dumps(old, sort_keys=True, default=list) != json.dumps(
             new, sort_keys=True, default=list
@@ -281,7 +317,13 @@ def print_config_or_require_out(
 
     if args.print_config:
         recorded = objective_config(config.to_dict(), objective)
-        shown = {"optimizer": optimizer, **recorded, **(extra or {})}
+        budget = getattr(args, "budget", None)
+        shown = {
+            "optimizer": optimizer,
+            **recorded,
+            **(extra or {}),
+            **({"budget": budget} if budget is not None else {}),
+        }
         print(json.dumps(shown, indent=1, default=list))
         return True
     if args.out is None:
@@ -347,7 +389,9 @@ def add_run_directory_arguments(
         help="continue the run in --out with its saved configuration (config.json); flags given "
         "beside it override it (the changes are printed)",
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars / lines")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bars and no round lines"
+    )
     parser.add_argument(
         "--print-config",
         action="store_true",

@@ -27,8 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         action="append",
         default=None,
-        help="label budget(s) for the table (repeatable; default: the largest budget every run "
-        "has reached)",
+        help="label budget(s) for the table, in labels paid in all, round 0 included "
+        "(repeatable; default: the most every run still going has paid, printed with the table)",
     )
     parser.add_argument("--out", default=None, help="write compare.png, curves.csv, summary.csv")
     parser.add_argument("--title", default=None, help="plot title (default: the problem)")
@@ -44,12 +44,17 @@ def _cell(value: float) -> str:
     return "n/a" if value != value else f"{value:.4f}"
 
 
+def _span(labels: tuple[int, ...]) -> str:
+    """``"21100"`` when every run was read at one label count, else ``"20841-21100"``."""
+    return str(labels[0]) if min(labels) == max(labels) else f"{min(labels)}-{max(labels)}"
+
+
 def run(args: argparse.Namespace) -> int:
     import csv
     import pathlib
 
     from llome_jax.commands._common import check_out
-    from llome_jax.compare import common_budget, load_runs, summarise
+    from llome_jax.compare import common_budget, extended, load_runs, summarise
     from llome_jax.rundir import RunDirectory, label_audit_summary
 
     if args.budget is not None and min(args.budget) < 1:
@@ -62,14 +67,30 @@ def run(args: argparse.Namespace) -> int:
     rows = [row for budget in budgets for row in summarise(runs, budget)]
     problems = sorted({run.problem for run in runs})
     print(f"{name} on {'; '.join(problems)} ({len(runs)} runs)")
-    print(f"| method | labels | runs | median {name} | min | max | ended before |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    if args.budget is None:
+        stopped = sum(bool(run.stop_reason) for run in runs)
+        print(
+            f"budget: {budgets[0]} labels in all, round 0 included (the default: the most every "
+            "run still going has paid"
+            + (f"; {stopped} run(s) that stopped early keep their final value" if stopped else "")
+            + "; --budget N for others)"
+        )
+    print(f"| method | budget | labels read | runs | median {name} | min | max | ended before |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         counted = sum(v == v for v in row.per_run)
         print(
-            f"| {row.label} | {row.budget} | {counted} of {len(row.per_run)} | "
-            f"{_cell(row.median)} | {_cell(row.low)} | {_cell(row.high)} | {row.ended_before} |"
+            f"| {row.label} | {row.budget} | {_span(row.labels)} | {counted} of "
+            f"{len(row.per_run)} | {_cell(row.median)} | {_cell(row.low)} | {_cell(row.high)} | "
+            f"{row.ended_before} |"
         )
+    for row in rows:
+        for run, value in zip([r for r in runs if r.label == row.label], row.per_run):
+            if value != value:
+                print(
+                    f"n/a for {run.path}: its round 0 paid {int(run.evaluations[0])} labels, "
+                    f"more than the budget {row.budget}"
+                )
     audits = {str(r.path): RunDirectory(r.path).label_audit() for r in runs}
     print(f"information contract: {label_audit_summary(audits)}")
     if args.out is None:
@@ -87,7 +108,17 @@ def run(args: argparse.Namespace) -> int:
     with open(out / "summary.csv", "w", newline="") as stream:
         writer = csv.writer(stream)
         writer.writerow(
-            ["method", "budget", "runs", "median", "min", "max", "ended_before", "per_run"]
+            [
+                "method",
+                "budget",
+                "runs",
+                "median",
+                "min",
+                "max",
+                "ended_before",
+                "per_run",
+                "labels_read",
+            ]
         )
         for row in rows:
             per_run = " ".join(_cell(v) for v in row.per_run)
@@ -101,11 +132,13 @@ def run(args: argparse.Namespace) -> int:
                     row.high,
                     row.ended_before,
                     per_run,
+                    " ".join(str(n) for n in row.labels),
                 ]
             )
     curves: dict[str, list] = {}
-    for r in runs:
-        curves.setdefault(r.label, []).append((r.evaluations, r.values))
+    until = max(r.evaluations[-1] for r in runs)
+    for r in runs:  # a run that stopped early keeps its final value, as the table reads it
+        curves.setdefault(r.label, []).append(extended(r, until))
     plot_regret_curves(
         curves,
         out / "compare.png",

@@ -48,7 +48,10 @@ def _function_arguments(parser: argparse.ArgumentParser) -> None:
         "file (describe --json)",
     )
     parser.add_argument(
-        "--instance-seed", type=int, default=None, help="sample a new instance with this seed"
+        "--instance-seed",
+        type=int,
+        default=None,
+        help="sample a new instance with this seed (0 to 2,147,483,647)",
     )
 
 

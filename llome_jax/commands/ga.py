@@ -27,8 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         what="GA",
         presets=None,
-        rounds_help="round mode: rounds after round 0 (without it and --resume: the many-seeds "
-        "mode)",
+        rounds_help="round mode: rounds after round 0 (without it, --budget and --resume: the "
+        "many-seeds mode)",
     )
     parser.add_argument(
         "--particles", type=int, default=None, help="population size n (paper: 1000)"
@@ -56,17 +56,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     rounds = parser.add_argument_group(
         "round mode",
-        "with --rounds (or --resume), one run (--seed) under the round driver, writing the run "
+        "with --rounds, --budget or --resume, one run (--seed) under the round driver, writing the run "
         "directory of llome and lambo2 (config.json, rounds.jsonl, evaluated.csv, regret.png, "
         "checkpoints/; --resume continues it): round 0 = --initial-generations generations "
-        "(LLOME's seed data), then --generations-per-round generations per round (2 x 1000 "
-        "particles = LLOME's j).",
+        "(LLOME's seed data), then rounds of --labels-per-round new labels (default 2 x 1000 "
+        "= LLOME's j).",
     )
     rounds.add_argument(
         "--initial-generations", type=int, default=None, help="n0, generations of round 0 (10)"
     )
     rounds.add_argument(
-        "--generations-per-round", type=int, default=None, help="generations per later round (2)"
+        "--generations-per-round",
+        type=int,
+        default=None,
+        help="G (2): a later round pays G x n new labels (the default accounting, pay_once: its "
+        "generations run until it has), or is G generations (--set accounting=every_evaluation)",
+    )
+    rounds.add_argument(
+        "--labels-per-round",
+        type=int,
+        default=None,
+        help="the new labels a later round pays (pay_once; default G x n = 2000)",
     )
 
 
@@ -78,6 +88,7 @@ _ROUND_FLAGS = {
     "recombine_prob": "ga.recombine_prob",
     "initial_generations": "initial_generations",
     "generations_per_round": "generations_per_round",
+    "labels_per_round": "labels_per_round",
 }
 
 
@@ -130,12 +141,14 @@ def _run_rounds(args: argparse.Namespace) -> int:
         resume=args.resume,
         progress=not args.no_progress,
         trackers=trackers,
+        budget=args.budget,
+        bars=not args.quiet,
     )
     if result.records:
         last = result.records[-1]
         print(
             f"GA on {cfg.function if objective is None else objective.name}: round "
-            f"{last['round']}, {last['num_evaluations']} evaluations, {progress_text(last)}; "
+            f"{last['round']}, {last['num_evaluations']} labels paid, {progress_text(last)}; "
             f"wrote {result.path}"
         )
     return 0
@@ -154,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     from llome_jax import ehrlich, ga
     from llome_jax.rundir import RunDirectory, atomic_write_text, plot_regret_curves
 
-    if args.rounds is not None or args.resume:
+    if args.rounds is not None or args.resume or args.budget is not None:
         return _run_rounds(args)
     if args.objective is not None:
         raise ValueError("--objective runs in round mode: pass --rounds")
@@ -163,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
         {
             "initial_generations": "--initial-generations",
             "generations_per_round": "--generations-per-round",
+            "labels_per_round": "--labels-per-round",
         },
         "for the round mode: pass --rounds (the many-seeds mode has --generations)",
     )

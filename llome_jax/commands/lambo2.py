@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         what="LaMBO-2",
         presets=("smoke", "cpu", "paper"),
-        preset_help="paper protocol, small CNN",
+        preset_help="paper protocol, small CNN; smoke: ~1 min pipeline check on LLOME's smoke "
+        "problem",
     )
     parser.add_argument(
         "--num-samples", type=int, default=None, help="n, proposals per round (preset value)"
@@ -59,7 +60,13 @@ def build_config(args: argparse.Namespace):  # -> Lambo2Config
 
     overrides = run_overrides(args, PRESETS)
     saved = saved_run_config(args, "lambo2")
-    args.preset = getattr(args, "preset", None) or saved.get("preset") or "cpu"
+    asked = getattr(args, "preset", None)
+    if asked is not None and saved.get("preset") not in (None, asked):
+        raise ValueError(  # a preset is the lowest layer, not a setting a resume may change
+            f"cannot resume {args.out}: it was made with --preset {saved['preset']}, not {asked} "
+            "(leave --preset out to resume it)"
+        )
+    args.preset = asked or saved.get("preset") or "cpu"
     if args.num_samples is not None:
         overrides["num_samples"] = args.num_samples
     if args.epochs is not None:
@@ -97,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         objective=objective,
         extra_config={"preset": args.preset},
         trackers=trackers,
+        budget=args.budget,
+        bars=not args.quiet,
     )
     final = result.state.history
     best = float(final.y.max())

@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         what="LLOME",
         presets=("smoke", "cpu", "cpu-pretrained", "paper"),
         preset_help="small model, 2 cores; cpu-pretrained: from the shipped prior of the "
-        "function's configuration",
+        "function's configuration; smoke: ~1 min pipeline check on Ehr(8,8)-2-2-2",
     )
     parser.add_argument(
         "--loss",
@@ -138,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         trackers=trackers,
         log_candidates=args.log_candidates,
+        budget=args.budget,
+        bars=not args.quiet,
     )
     last = result.records[-1] if result.records else None
     if last is None and result.path.joinpath("rounds.jsonl").exists():
@@ -146,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     if last is not None:
         print(
             f"{cfg.function if objective is None else objective.name}: round {last['round']}, "
-            f"{last['num_evaluations']} evaluations, {progress_text(last)}"
+            f"{last['num_evaluations']} labels paid, {progress_text(last)}"
             + (f" (stopped: {result.stop_reason})" if result.stop_reason else "")
         )
     print(f"wrote {result.path}/rounds.jsonl, evaluated.csv, regret.png, config.json, checkpoints/")

@@ -31,10 +31,13 @@ from llome_jax.ehrlich.function import (
 )
 
 __all__ = [
+    "MAX_INSTANCE_SEED",
     "PAPER_FUNCTIONS",
+    "check_instance_seed",
     "configuration_name",
     "function_digest",
     "instance_digest",
+    "label_digest",
     "paper_function",
     "paper_function_names",
     "paper_initial_solution",
@@ -72,6 +75,36 @@ def _records() -> dict[str, dict]:
         record = dict(record, stem=stem, config_obj=config)
         by_name[config.name] = record
     return by_name
+
+
+#: Instance seeds are integers in ``[0, MAX_INSTANCE_SEED]``: ``jax.random.key`` keeps only a
+#: seed's low 32 bits (``s`` and ``s + 2**32`` draw the same instance, ``-1`` is ``2**32 - 1``),
+#: and pretraining folds seeds into keys as 32-bit integers; below ``2**31`` every seed names its
+#: own instance.
+MAX_INSTANCE_SEED = 2**31 - 1
+
+
+def check_instance_seed(instance_seed: Any) -> int:
+    """``instance_seed`` as an int, checked: an integer in ``[0, 2**31)`` (:data:`MAX_INSTANCE_SEED`).
+
+    Raises:
+      ValueError: one line naming the seed (and, past ``2**32``, the instance it would alias).
+    """
+    if isinstance(instance_seed, bool) or not isinstance(instance_seed, int | np.integer):
+        raise ValueError(f"instance seed must be an integer; got {instance_seed!r}")
+    seed = int(instance_seed)
+    if not 0 <= seed <= MAX_INSTANCE_SEED:
+        alias = seed % 2**32
+        aliased = (
+            f" (JAX keeps its low 32 bits: it would draw instance {alias:,})"
+            if seed >= 2**32
+            else ""
+        )
+        raise ValueError(
+            f"instance seed {seed:,} is outside [0, 2**31){aliased}; use a seed from 0 to "
+            f"{MAX_INSTANCE_SEED:,}"
+        )
+    return seed
 
 
 def paper_function_names() -> list[str]:
@@ -138,7 +171,8 @@ def resolve_function(spec: str, instance_seed: int | None = None) -> Ehrlich:
     * a ``.json`` file written by ``Ehrlich.to_json`` / ``llome-jax ehrlich describe --json``.
 
     Raises:
-      ValueError: for an unknown name or an Ehr name that is neither shipped nor seeded.
+      ValueError: for an unknown name, an Ehr name that is neither shipped nor seeded, or an
+        ``instance_seed`` outside ``[0, 2**31)`` (:func:`check_instance_seed`).
       FileNotFoundError: a ``.json`` path that does not exist.
     """
     if str(spec).endswith(".json"):
@@ -161,9 +195,10 @@ def resolve_function(spec: str, instance_seed: int | None = None) -> Ehrlich:
             raise ValueError(
                 f"{spec!r} is not one of the paper's instances; pass --instance-seed N to sample one."
             ) from None
+    seed = check_instance_seed(instance_seed)
     if spec in PAPER_FUNCTIONS and spec.startswith("f"):
         spec = PAPER_FUNCTIONS[spec]
-    return _sampled_function(EhrlichConfig.from_name(spec), int(instance_seed))
+    return _sampled_function(EhrlichConfig.from_name(spec), seed)
 
 
 @functools.lru_cache(maxsize=16)
@@ -219,6 +254,29 @@ def instance_digest(fn: Ehrlich, initial_solution: Any = None) -> str:
     if initial_solution is not None:
         data["initial_solution"] = np.asarray(initial_solution).astype(int).tolist()
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def label_digest(fn: Ehrlich) -> str:
+    """``"sha256:<hex>"`` of what decides every label of an instance, and nothing else.
+
+    ``f(x) = 1[A[x_t, x_t+1] > 0 for all t] * prod_i q(h(x, m_i, s_i))`` (paper Sec. 2, "Ehrlich
+    functions"): the configuration ``(v, L, c, k, q, epistasis)``, the support ``A > 0`` of the
+    transition matrix and the motif/spacing pairs ``(m_i, s_i)``, sorted (the product does not
+    depend on their order). Not the transition probabilities or the stationary law (they shape
+    only the start sequence and how the motifs were drawn) and not the start sequence, so an
+    instance file of a function under another start sequence, or with probabilities rounded
+    differently, has the same label digest: two instances with equal label digests give every
+    sequence the same label. What the pretraining guard compares
+    (``llome_jax.priors.pretrained_instance``)."""
+    data = fn.to_json()
+    pairs = sorted(zip(data["motifs"], data["offsets"], strict=True))
+    canonical = {
+        "config": data["config"],
+        "feasible_transitions": (np.asarray(fn.transition_matrix) > 0).astype(int).tolist(),
+        "motifs_offsets": [[list(m), list(o)] for m, o in pairs],
+    }
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -46,7 +46,13 @@ from llome_jax.lambo2 import model as lambo_model
 from llome_jax.lambo2 import train as lambo_train
 from llome_jax.objective import Objective, as_objective, ehrlich_objective, objective_config
 from llome_jax.oracle import Oracle, check_contract_settings
-from llome_jax.runner import RoundResult, RunResult, optimum_stop_reason, progress_text
+from llome_jax.runner import (
+    RoundResult,
+    RunResult,
+    optimum_stop_reason,
+    progress_bar,
+    progress_text,
+)
 from llome_jax.runner import run as run_rounds
 
 __all__ = [
@@ -62,6 +68,10 @@ __all__ = [
     "preset",
     "run",
 ]
+
+
+#: ``Lambo2Config.keys`` values.
+KEY_DERIVATIONS = ("shared", "v1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +97,13 @@ class Lambo2Config:
         ``llome_jax.oracle``.
       constraint_queries: "off" (default: no ``is_feasible`` call) or "free": proposals are
         screened with ``is_feasible`` (counted) and infeasible ones are not labelled.
+      ga_mutation_prob: the GA pre-solver's ``p_m`` (LLOME's ``ga.mutation_prob``, so that both
+        can start from one round 0).
+      keys: how the run key is split. ``"shared"`` (default): round 0's GA draws from
+        ``runner.round0_key`` like every other optimizer's (same seed, same seed sequences),
+        and round ``r`` from ``fold_in(fold_in(key, 4), r)``; ``"v1"``: the derivation of runs
+        made before one round 0 (GA ``fold_in(fold_in(key, 0), 0)``, round ``r``
+        ``fold_in(key, r)``), so that those resume as they ran.
     """
 
     function: str = "f2"
@@ -104,9 +121,13 @@ class Lambo2Config:
     warm_start: bool = False
     accounting: str = "pay_once"
     constraint_queries: str = "off"
+    ga_mutation_prob: float = 0.005
+    keys: str = "shared"
 
     def __post_init__(self) -> None:
         check_contract_settings(self.accounting, self.constraint_queries)
+        if self.keys not in KEY_DERIVATIONS:
+            raise ValueError(f"keys must be one of {KEY_DERIVATIONS}; got {self.keys!r}.")
         for name in ("rounds", "num_samples", "ga_generations"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -140,20 +161,32 @@ class Lambo2Config:
         return out
 
 
-#: Named configurations. ``smoke``: seconds (tiny model, 32 proposals); ``cpu``: the paper's
+#: Named configurations. ``smoke``: a pipeline check of about a minute on 2 cores, most of it
+#: compiling (tiny model, 32 proposals, LLOME's smoke problem ``Ehr(8,8)-2-2-2`` and round 0);
+#: ``cpu``: the paper's
 #: protocol on f2 (10 GA generations of 1000, 10 rounds of 2000) with a smaller CNN
 #: (32/32/32, 54,663 parameters) and E = 16 (bbo-bench's value; E = 8 left the MLM head too
 #: weak: 0 % feasible proposals on f2) so that a round takes minutes on 2 cores; ``paper``: the
 #: paper's settings.
 #: Settings added after runs were recorded, with the values that reproduce those runs.
-LEGACY_VALUES: dict[str, Any] = {"accounting": "every_evaluation", "constraint_queries": "off"}
+LEGACY_VALUES: dict[str, Any] = {
+    "accounting": "every_evaluation",
+    "constraint_queries": "off",
+    "ga_mutation_prob": 0.005,
+    "keys": "v1",
+}
 
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": {
+        # LLOME's smoke problem and round 0 (2 GA generations of 200, mutation 0.1), so that
+        # smoke runs of the three optimizers compare (``llome-jax compare``)
+        "function": "Ehr(8,8)-2-2-2",
+        "instance_seed": 1,
         "num_samples": 32,
         "rounds": 2,
         "ga_generations": 2,
-        "ga_particles": 64,
+        "ga_particles": 200,
+        "ga_mutation_prob": 0.1,
         "model_preset": "tiny",
         "train": {"epochs": 2, "batch_size": 16},
         "design": {"num_steps": 4, "num_mutations": 2, "guidance_updates": 2},
@@ -211,7 +244,11 @@ class History:
 # One round
 # ---------------------------------------------------------------------------------------------
 def _round_key(cfg: Lambo2Config, round_index: int) -> jax.Array:
-    return jax.random.fold_in(jax.random.key(cfg.seed), round_index)
+    """Round ``r``'s key (round 0: the initial fit's), by ``cfg.keys``."""
+    key = jax.random.key(cfg.seed)
+    if cfg.keys == "shared":
+        key = jax.random.fold_in(key, 4)  # apart from round 0's GA (1), as LLOME's own keys
+    return jax.random.fold_in(key, round_index)
 
 
 def initial_fit(
@@ -232,6 +269,7 @@ def lambo2_round(
     *,
     mesh: Any = None,
     oracle: Any = None,
+    progress: bool = False,
 ) -> tuple[History, Any, dict[str, Any]]:
     """Round ``round_index``: retrain from ``theta_init`` (``θ0``, or the previous round's
     weights with ``cfg.warm_start``), choose seeds, design, label (poli-baselines).
@@ -252,7 +290,13 @@ def lambo2_round(
     k_fit, k_design = jax.random.split(_round_key(cfg, round_index))
     t0 = time.perf_counter()
     data = lambo_train.prepare_training_data(history.x, history.y, history.t, mc, cfg.train)
-    params, losses = lambo_train.fit(k_fit, theta_init, data, mc, cfg.train)
+    with progress_bar(progress, total=cfg.train.epochs, desc="fit", unit="epoch") as bar:
+
+        def report(epoch: int, losses: np.ndarray) -> None:
+            bar.set_postfix(loss=f"{float(np.mean(losses)):.3f}")
+            bar.update(1)
+
+        params, losses = lambo_train.fit(k_fit, theta_init, data, mc, cfg.train, progress=report)
     jax.block_until_ready(params)
     t1 = time.perf_counter()
     stats = lambo_design.RegressorStats(jnp.float32(data.y_mean), jnp.float32(data.y_std))
@@ -261,10 +305,12 @@ def lambo2_round(
     )
     seeds = history.x[seed_index]
     best = lambo_design.best_values(mc, params, stats, seeds, cfg.design.use_constraints)
-    proposals, acq, trace = lambo_design.design_round(
-        k_design, params, stats, best, seeds, mc, cfg.design, mesh=mesh
-    )
-    proposals = np.asarray(proposals)
+    with progress_bar(progress, total=1, desc="design", unit="round") as bar:
+        proposals, acq, trace = lambo_design.design_round(
+            k_design, params, stats, best, seeds, mc, cfg.design, mesh=mesh
+        )
+        proposals = np.asarray(proposals)
+        bar.update(1)
     t2 = time.perf_counter()
     screened = np.zeros(len(proposals), bool)
     if oracle is None:
@@ -273,6 +319,12 @@ def lambo2_round(
     else:
         if oracle.constraint_queries == "free":
             screened = ~oracle.feasibility(proposals)
+        # under a label budget the last round labels only what is left (the proposals' order)
+        labelled = np.flatnonzero(~screened)
+        cut = oracle.affordable(proposals[labelled])
+        if cut < len(labelled):
+            keep = int(labelled[cut])
+            proposals, seeds, screened = proposals[:keep], seeds[:keep], screened[:keep]
         values = np.full(len(proposals), -np.inf)
         if (~screened).any():
             values[~screened] = oracle.label(proposals[~screened]).values
@@ -391,14 +443,19 @@ class Lambo2:
         return self.cfg.ga_generations * self.cfg.ga_particles
 
     def init(self, key: jax.Array) -> tuple[Lambo2State, RoundResult]:
-        """Round 0: the GA archive (``fold_in(key, 0)``) and the initial fit ``θ0``."""
+        """Round 0: the GA archive every optimizer shares (``runner.round0_key``) and the
+        initial fit ``θ0``."""
         from llome_jax import ga
         from llome_jax.rundir import round_metrics
+        from llome_jax.runner import round0_key
 
         cfg = self.cfg
-        ga_config = ga.GAConfig(num_particles=cfg.ga_particles)
+        ga_config = ga.GAConfig(num_particles=cfg.ga_particles, mutation_prob=cfg.ga_mutation_prob)
+        ga_key = (
+            round0_key(key) if cfg.keys == "shared" else jax.random.fold_in(_round_key(cfg, 0), 0)
+        )
         archive = ga.run_archive(
-            jax.random.fold_in(jax.random.fold_in(key, 0), 0),
+            ga_key,
             self.oracle.cached_objective(),
             self.x0,
             cfg.ga_generations,
@@ -442,6 +499,7 @@ class Lambo2:
             r,
             mesh=self.mesh,
             oracle=self.oracle,
+            progress=progress,
         )
         start_next = params if cfg.warm_start else state.theta_init
         x, y = metrics.pop("x"), metrics.pop("y")

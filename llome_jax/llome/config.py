@@ -534,13 +534,20 @@ def check_weights_dir(path: str) -> pathlib.Path:
 
 
 def check_prior_fits(
-    weights: str, configuration: str, instance_seed: int | None, text_format: str
+    weights: str,
+    configuration: str,
+    instance_seed: int | None,
+    text_format: str,
+    *,
+    function: Any = None,
 ) -> None:
     """Refuse a checkpoint of ``llome-jax pretrain`` (one with a ``pretrain.json``) that does not
     fit the run: pretrained on another Ehrlich configuration (``configuration``, e.g.
     ``"Ehr(32,32)-4-4-4"``), in another text format, or on the very instance being optimized
-    (labels of that function nobody paid for: the information contract). Checkpoints without
-    ``pretrain.json`` (a Pythia download) pass.
+    (labels of that function nobody paid for: the information contract), by seed or, given the
+    run's Ehrlich instance ``function``, by label digest (an instance file too;
+    ``llome_jax.priors.pretrained_instance``). Checkpoints without ``pretrain.json`` (a Pythia
+    download) pass.
 
     Raises:
       ValueError: one line saying what does not fit and what to use instead.
@@ -568,10 +575,20 @@ def check_prior_fits(
             f"this run writes {text_format!r}; --set text_format={made['text_format']}"
         )
     seeds = made.get("instance_seeds", {})
-    if instance_seed is not None and seeds.get("first", 1) <= instance_seed <= seeds.get("last", 0):
+    try:
+        seen = priors.pretrained_instance(made, function, instance_seed)
+    except ValueError as error:
+        raise ValueError(f"--weights {weights}: {error}") from None
+    if seen is not None:
+        if seen == instance_seed:
+            given = ""
+        elif instance_seed is None:
+            given = " (the same labels, given without a seed, e.g. as an instance file)"
+        else:
+            given = f" (the same labels as instance seed {instance_seed:,})"
         raise ValueError(
             f"--weights {weights} was pretrained on instance seeds {seeds['first']:,}-"
-            f"{seeds['last']:,}, which include this run's instance {instance_seed:,}; optimize an "
+            f"{seeds['last']:,}, which include this run's instance {seen:,}{given}; optimize an "
             "instance it did not see (pretraining uses seeds >= 1,000,000 only)"
         )
 
@@ -585,7 +602,9 @@ def validate_config(cfg: LoopConfig, *, check_function: bool = True) -> None:
     if cfg.weights is not None:
         check_weights_dir(cfg.weights)
         if function is not None:
-            check_prior_fits(cfg.weights, function.name, cfg.instance_seed, cfg.text_format)
+            check_prior_fits(
+                cfg.weights, function.name, cfg.instance_seed, cfg.text_format, function=function
+            )
     else:
         from llome_jax.lm.pythia import PythiaConfig
 

@@ -240,7 +240,7 @@ class Llome:
     def round_line(self, m: Mapping[str, Any]) -> str:
         """One human-readable summary line of a round record."""
         return (
-            f"round {m['round']} [{m['loss']}]: {m['num_evaluations']} evaluations, "
+            f"round {m['round']} [{m['loss']}]: {m['num_evaluations']} labels paid, "
             + (
                 f"min regret {_fmt(m['min_regret'], '.4f')}, mean regret "
                 f"{_fmt(m['mean_regret'], '.4f')}, "

@@ -5,7 +5,8 @@ defaults (the format of LaMBO-2's presets); ``overrides`` are applied after it w
 ``LoopConfig.replace`` (dotted keys, nested dicts or the flat names of ``config.FLAT_KEYS``; the
 CLI passes ``function``, ``schedule``, ``rounds``, ``seed``, ``weights`` and its ``--set`` keys).
 
-* ``smoke``: seconds per round on a CPU, for tests and trying the command (not for results): a
+* ``smoke``: a pipeline check of about a minute on 2 cores, most of it compiling, for tests and
+  trying the command (not for results; LaMBO-2's ``smoke`` runs the same problem): a
   short function ``Ehr(8,8)-2-2-2`` (instance seed 1) unless ``--function`` is given, the
   ``tiny`` Pythia (H 64, 4 layers) with the Ehrlich tokenizer, a 2-generation GA of 200
   particles with mutation 0.1 (diverse seed data), lr 1e-2 (later rounds 5e-3) for 4 epochs on

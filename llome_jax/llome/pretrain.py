@@ -39,8 +39,18 @@ Run directory::
     weights/          the final model for ``llome-jax llome --weights OUT/weights``: config.json
                       (Hugging Face GPT-NeoX), llome_pythia.json + params/ (the orbax checkpoint
                       ``from_pretrained`` loads), model.safetensors, tokenizer files,
-                      pretrain.json (text format, configuration, seeds, seconds)
+                      pretrain.json (:func:`weights_info`, written by :func:`run` alone)
     summary.json      pairs, steps, last losses, seconds
+
+``pretrain.json`` (every field from the code, nothing by hand): ``function``, ``text_format``,
+``model``, ``loss``, ``seed``, ``instance_seeds`` {first, last, count}, ``label_digests`` (the
+first 16 hex digits of ``ehrlich.instances.label_digest`` of each instance, in seed order: what
+the prior guard ``llome_jax.priors.pretrained_instance`` compares), ``num_pairs`` (the pool's
+PropEn pairs), ``steps``, ``final_loss_mean`` (mean loss over the last epoch's steps),
+``seconds`` / ``seconds_data``, ``command`` / ``commit`` / ``dirty`` / ``versions`` / ``device``
+(the invocation that exported the weights, ``llome_jax.provenance``), ``provenance`` (every
+invocation of the run), ``run_directory`` and ``sha256`` ``{"model.safetensors": hex}``
+(:func:`export_weights`; ``llome_jax.priors.verify_weights`` checks it).
 """
 
 from __future__ import annotations
@@ -62,6 +72,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from llome_jax import configs, ga
+from llome_jax.ehrlich.instances import MAX_INSTANCE_SEED
 from llome_jax.llome.config import FinetuneConfig, LoopConfig
 from llome_jax.llome.data import PropEnConfig
 
@@ -76,16 +87,19 @@ __all__ = [
     "ga_archives",
     "generate_data",
     "instance_keys",
+    "label_digests",
     "loop_config",
     "make_instances",
     "preset",
     "run",
+    "weights_info",
 ]
 
 #: Instance seeds below this are kept for evaluation: pretraining refuses them.
 MIN_INSTANCE_SEED = 1_000_000
-#: ``jax.random.fold_in`` takes 32-bit data; seeds stay below this.
-_MAX_INSTANCE_SEED = 2**31 - 1
+#: ``jax.random.fold_in`` takes 32-bit data; seeds stay below this
+#: (``ehrlich.instances.MAX_INSTANCE_SEED``, the bound of every instance seed).
+_MAX_INSTANCE_SEED = MAX_INSTANCE_SEED
 
 #: The ``cpu`` LLOME preset's round-1 training (``llome.presets``): lr 1e-2, batch 64, no head
 #: window; ``logprob_batch_size`` serves MargE's reference.
@@ -298,6 +312,26 @@ def make_instances(cfg: PretrainConfig, progress: bool = False) -> tuple[list[An
             x0s.append(np.asarray(ehrlich.resolve_initial_solution(cfg.function, seed)))
             bar.update(1)
     return fns, np.stack(x0s).astype(np.int32)
+
+
+def label_digests(cfg: PretrainConfig, progress: bool = False) -> list[str]:
+    """``pretrain.json``'s ``label_digests``: for each instance seed in order, the first
+    ``priors.DIGEST_DIGITS`` (16) hex digits of ``ehrlich.instances.label_digest`` of its
+    instance (what decides its labels), so that the prior guard recognises a pretraining
+    instance however it is given (seed or ``.json`` file). Resolves every instance again
+    (host code, about a second each on a CPU, as :func:`make_instances`)."""
+    from llome_jax import ehrlich
+    from llome_jax.ehrlich.instances import label_digest
+    from llome_jax.priors import DIGEST_DIGITS
+    from llome_jax.runner import progress_bar
+
+    out = []
+    with progress_bar(progress, total=cfg.num_instances, desc="digests", unit="inst") as bar:
+        for seed in cfg.instance_seeds:
+            fn = ehrlich.resolve_function(cfg.function, seed)
+            out.append(label_digest(fn).removeprefix("sha256:")[:DIGEST_DIGITS])
+            bar.update(1)
+    return out
 
 
 def instance_keys(key: jax.Array, seeds: Any) -> jax.Array:
@@ -641,8 +675,11 @@ def export_weights(
     ``DIR`` holds ``config.json`` (Hugging Face GPT-NeoX, what ``--weights`` checks),
     ``llome_pythia.json`` + ``params/`` (the orbax checkpoint ``lm.pythia.from_pretrained``
     loads), ``model.safetensors`` (the same weights for ``transformers``), the tokenizer files and
-    ``pretrain.json`` (``info``). Written to a temporary directory and renamed.
+    ``pretrain.json``: ``info`` plus ``"sha256": {"model.safetensors": hex}`` of the bytes written
+    (``llome_jax.priors.verify_weights`` checks it). Written to a temporary directory and renamed.
     """
+    import hashlib
+
     from safetensors.numpy import save
 
     from llome_jax.llome.runtime import model_with
@@ -664,13 +701,78 @@ def export_weights(
     )
     atomic_write_text(temporary / "config.json", json.dumps(hf, indent=2) + "\n")
     # serialised here and written as an ordinary new file: safetensors' save_file makes it 0o600
-    (temporary / "model.safetensors").write_bytes(save(convert.hf_tensors(model)))
+    blob = save(convert.hf_tensors(model))
+    (temporary / "model.safetensors").write_bytes(blob)
     tokenizer.save_pretrained(str(temporary))
-    atomic_write_text(temporary / "pretrain.json", json.dumps(dict(info), indent=1) + "\n")
+    info = {**info, "sha256": {"model.safetensors": hashlib.sha256(blob).hexdigest()}}
+    atomic_write_text(temporary / "pretrain.json", json.dumps(info, indent=1) + "\n")
     if directory.exists():
         shutil.rmtree(directory)
     os.replace(temporary, directory)
     return directory
+
+
+#: ``versions`` of ``pretrain.json``: these entries of the exporting invocation's provenance.
+_VERSION_KEYS = (
+    "llome_jax",
+    "python",
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    "orbax-checkpoint",
+    "numpy",
+)
+
+
+def weights_info(
+    cfg: PretrainConfig,
+    config: Mapping[str, Any],
+    *,
+    digests: list[str],
+    num_pairs: int,
+    steps: int,
+    final_loss_mean: float | None,
+    seconds: float,
+    run_directory: str | os.PathLike,
+) -> dict[str, Any]:
+    """``pretrain.json`` (module docstring) but its ``sha256`` (:func:`export_weights` adds it):
+    the configuration, seeds and ``label_digests``, the pool's pair count, steps, final loss and
+    seconds, and the provenance of the run directory's ``config`` (its last invocation, the one
+    that exports, gives ``command``, ``commit``, ``dirty``, ``versions`` and ``device``)."""
+    import shlex
+
+    invocations = list(config.get("provenance") or [])
+    last = invocations[-1] if invocations else {}
+    argv = list(last.get("command") or [])
+    command = shlex.join([pathlib.Path(argv[0]).name, *argv[1:]]) if argv else None
+    device = (
+        f"{last['devices']} x {last['device_kind']} ({last['backend']})"
+        if {"devices", "device_kind", "backend"} <= last.keys()
+        else None
+    )
+    seconds_data = config.get("seconds_data")
+    return {
+        "function": cfg.function,
+        "text_format": cfg.text_format,
+        "model": cfg.model,
+        "loss": cfg.loss,
+        "seed": cfg.seed,
+        "instance_seeds": run_config(cfg)["instance_seeds"],
+        "label_digests": list(digests),
+        "num_pairs": int(num_pairs),
+        "steps": int(steps),
+        "final_loss_mean": final_loss_mean,
+        "seconds": round(float(seconds), 3),
+        "seconds_data": None if seconds_data is None else round(float(seconds_data), 3),
+        "command": command,
+        "commit": last.get("commit"),
+        "dirty": last.get("dirty"),
+        "versions": {key: last.get(key) for key in _VERSION_KEYS},
+        "device": device,
+        "provenance": invocations,
+        "run_directory": str(pathlib.Path(run_directory).absolute()),
+    }
 
 
 @dataclasses.dataclass
@@ -831,24 +933,26 @@ def run(
         title = f"pretrain {cfg.loss} on {cfg.num_instances} x {cfg.function}"
         if kept:
             plot_losses(kept, run_dir.path / LOSS_PLOT, title)
+        digests = label_digests(cfg)
         seconds = record_seconds()
-        info = {
-            "function": cfg.function,
-            "text_format": cfg.text_format,
-            "model": cfg.model,
-            "loss": cfg.loss,
-            "instance_seeds": run_config(cfg)["instance_seeds"],
-            "steps": total,
-            "seconds": round(seconds, 3),
-            "run_directory": str(run_dir.path.absolute()),
-        }
-        weights = export_weights(rt, params, run_dir.path / WEIGHTS_DIR, info)
         tail = [v for _, v in kept[-max(1, per_epoch) :]]
+        final_loss_mean = float(np.mean(tail)) if tail else None
+        info = weights_info(
+            cfg,
+            run_dir.config(),
+            digests=digests,
+            num_pairs=len(data),
+            steps=total,
+            final_loss_mean=final_loss_mean,
+            seconds=seconds,
+            run_directory=run_dir.path,
+        )
+        weights = export_weights(rt, params, run_dir.path / WEIGHTS_DIR, info)
         summary = {
             **stats,
             "steps": total,
             "steps_per_epoch": per_epoch,
-            "final_loss_mean": float(np.mean(tail)) if tail else None,
+            "final_loss_mean": final_loss_mean,
             "seconds": round(record_seconds(), 3),
             "seconds_data": run_dir.config().get("seconds_data"),
         }

@@ -12,9 +12,15 @@ once per sequence). Refinement and the Filter know a candidate's feasibility fro
 unless ``cfg.constraint_queries == "free"`` (then ``is_feasible`` is asked, counted): the paper's
 Filter splits by ``f(x)``, which an unlabelled candidate does not have, and the authors' code caps
 infeasible sequences only among labelled data (PropEn pairs). The checkpoint gate keeps its
-constraint check (the authors' code), counted. ``frac_feasible_generated`` and the candidate log's
-``feasible`` / ``values`` are diagnostics of an Ehrlich function computed with its kernel, never
-fed back (NaN for another objective).
+constraint check (the authors' code), counted.
+
+Diagnostics (:data:`DIAGNOSTIC_FIELDS` of the record, :data:`DIAGNOSTIC_CANDIDATE_FIELDS` of the
+candidate log) are computed for the records after the round's labels are paid, by the
+``_diagnostic_*`` helpers: for an Ehrlich function they evaluate its kernel on unlabelled
+sequences (every candidate's ``f(x)`` and feasibility, each labelled edit's input), uncounted,
+because they never reach the optimizer: the next state, the labels and the oracle's counters do
+not depend on them (``tests/test_round_diagnostics.py``). For another objective they use only
+what the optimizer knew (labels, the Filter's feasibility) and are NaN where that is nothing.
 
 With ``LoopConfig.training_data = "cumulative"`` the round trains on, and takes its seeds from,
 the whole archive ``S`` (the main text's ``D^(i)``) instead of ``S_i``. :func:`llome_round` is a
@@ -40,18 +46,27 @@ from llome_jax.llome.runtime import Runtime, model_with
 from llome_jax.llome.state import STOP_REASONS, LoopState, found_optimum, stop_message
 from llome_jax.runner import progress_bar
 
-__all__ = ["CANDIDATE_FIELDS", "llome_round"]
+__all__ = ["CANDIDATE_FIELDS", "DIAGNOSTIC_CANDIDATE_FIELDS", "DIAGNOSTIC_FIELDS", "llome_round"]
+
+#: The record fields (``rounds.jsonl``) that are diagnostics (module docstring): for an Ehrlich
+#: function computed from values of unlabelled sequences, uncounted, never fed back.
+#: ``frac_feasible_generated``: feasible fraction of the round's candidates (its kernel);
+#: ``mean_reward``: mean margin reward ``max(f(y) - f(x), 0)`` of the labelled edits ``x -> y``
+#: (``f(x)`` of the inputs by its kernel; another objective: the edits whose input was labelled).
+DIAGNOSTIC_FIELDS = ("frac_feasible_generated", "mean_reward")
+#: The candidate-log fields (:data:`CANDIDATE_FIELDS`) that are diagnostics, as above.
+DIAGNOSTIC_CANDIDATE_FIELDS = ("feasible", "values")
 
 #: The arrays of one round's candidate log (``on_candidates``), ``M`` = the round's unique valid
 #: candidates (before the Filter): ``sequences`` / ``inputs`` int32 ``[M, L]``,
 #: ``log_likelihood`` / ``log_likelihood_raw`` float32 ``[M]`` (mean per-token log-prob, processed
 #: and raw), ``iteration`` int32 ``[M]`` (1-based refinement iteration), ``temperature`` float32
 #: ``[M]`` (0 = greedy), ``seed_index`` int32 ``[M]``, ``feasible`` bool ``[M]`` (diagnostic:
-#: Ehrlich's kernel, never fed back; for another objective what the Filter knew), ``selected``
-#: bool ``[M]`` (chosen by the Filter, i.e. labelled), ``values`` float32 ``[M]`` (``f(x)``; for
-#: an Ehrlich function every candidate, a diagnostic that is not counted as oracle budget; for
-#: another objective only the selected rows, NaN elsewhere), plus the scalars ``round`` and
-#: ``loss``.
+#: Ehrlich's kernel, uncounted, never fed back; for another objective what the Filter knew),
+#: ``selected`` bool ``[M]`` (chosen by the Filter, i.e. labelled), ``values`` float32 ``[M]``
+#: (diagnostic: ``f(x)``; for an Ehrlich function every candidate by its kernel, uncounted, never
+#: fed back; for another objective only the selected rows' labels, NaN elsewhere), plus the
+#: scalars ``round`` and ``loss``.
 CANDIDATE_FIELDS = (
     "sequences",
     "inputs",
@@ -194,7 +209,10 @@ def llome_round(
 
     t = time.perf_counter()
     objective = rt.objective
-    new_x = candidates[chosen.indices].astype(np.int32)
+    # under a label budget the last round labels only what is left (the Filter's order)
+    chosen_rows = np.asarray(chosen.indices)
+    chosen_rows = chosen_rows[: oracle.affordable(candidates[chosen_rows])]
+    new_x = candidates[chosen_rows].astype(np.int32)
     if new_x.shape[0]:
         new_v = oracle.label(new_x).values  # the round's oracle calls (checked: float32 [j])
     else:
@@ -205,13 +223,13 @@ def llome_round(
     if on_candidates is not None:
         on_candidates(
             _candidate_log(
-                r, loss, objective, refined, candidates, chosen.indices, new_v, generated_feasible
+                r, loss, objective, refined, candidates, chosen_rows, new_v, generated_feasible
             )
         )
 
     # Diagnostic only (not oracle budget, never fed back): reward of each labelled edit.
-    inputs = np.asarray(refined.inputs)[chosen.indices]
-    rewards = _edit_rewards(objective, inputs, new_v, state)
+    inputs = np.asarray(refined.inputs)[chosen_rows]
+    rewards = _diagnostic_edit_rewards(objective, inputs, new_v, state)
 
     archive_x = np.concatenate([np.asarray(state.archive_sequences), new_x])
     archive_v = np.concatenate([np.asarray(state.archive_values), new_v])
@@ -277,8 +295,10 @@ def llome_round(
 
 
 def _diagnostic_feasible(objective: Any, candidates: np.ndarray, known: Any) -> np.ndarray:
-    """Feasibility of the round's candidates for the records (never fed back): an Ehrlich
-    function's own kernel (not a query the optimizer made), else what the Filter knew."""
+    """Diagnostic (:data:`DIAGNOSTIC_FIELDS` ``frac_feasible_generated``, the candidate log's
+    ``feasible``; never fed back): feasibility of the round's candidates. An Ehrlich function's
+    own kernel on every candidate, labelled or not (not a constraint query the optimizer made,
+    not counted), else what the Filter knew (``known``). bool ``[M]``."""
     if objective.is_ehrlich and candidates.shape[0]:
         from llome_jax import ehrlich
 
@@ -296,15 +316,13 @@ def _candidate_log(
     new_v: np.ndarray,
     feasible: np.ndarray,
 ) -> dict[str, Any]:
-    """The ``on_candidates`` record of round ``r`` (:data:`CANDIDATE_FIELDS`)."""
+    """The ``on_candidates`` record of round ``r`` (:data:`CANDIDATE_FIELDS`); its
+    :data:`DIAGNOSTIC_CANDIDATE_FIELDS` come from :func:`_diagnostic_feasible` (``feasible``)
+    and :func:`_diagnostic_candidate_values`."""
     m = candidates.shape[0]
     selected = np.zeros(m, bool)
     selected[np.asarray(chosen, np.int64)] = True
-    if objective.is_ehrlich and m:
-        values = np.asarray(objective(candidates.astype(np.int32)), np.float32)
-    else:
-        values = np.full(m, np.nan, np.float32)
-        values[np.asarray(chosen, np.int64)] = new_v
+    values = _diagnostic_candidate_values(objective, candidates, chosen, new_v)
     return {
         "round": r,
         "loss": loss,
@@ -321,8 +339,26 @@ def _candidate_log(
     }
 
 
-def _edit_rewards(objective: Any, inputs: np.ndarray, new_v: np.ndarray, state: LoopState):
-    """Margin rewards ``max(f(y) - f(x), 0)`` of the labelled edits ``x -> y`` (a diagnostic).
+def _diagnostic_candidate_values(
+    objective: Any, candidates: np.ndarray, chosen: np.ndarray, new_v: np.ndarray
+) -> np.ndarray:
+    """Diagnostic (the candidate log's ``values``; never fed back): ``f(x)`` of the round's
+    candidates ``[M, L]``. For an Ehrlich function its kernel on every candidate, labelled or
+    not (uncounted); for another objective no call: the labels ``new_v`` of the ``chosen`` rows,
+    NaN elsewhere. float32 ``[M]``."""
+    m = candidates.shape[0]
+    if objective.is_ehrlich and m:
+        return np.asarray(objective(candidates.astype(np.int32)), np.float32)
+    values = np.full(m, np.nan, np.float32)
+    values[np.asarray(chosen, np.int64)] = new_v
+    return values
+
+
+def _diagnostic_edit_rewards(
+    objective: Any, inputs: np.ndarray, new_v: np.ndarray, state: LoopState
+) -> np.ndarray:
+    """Diagnostic (:data:`DIAGNOSTIC_FIELDS` ``mean_reward``; never fed back): margin rewards
+    ``max(f(y) - f(x), 0)`` of the labelled edits ``x -> y``.
 
     For an Ehrlich function ``f(x)`` of every input is evaluated (cheap, not counted as oracle
     budget, as before objectives existed). For another objective no extra call is made: only the

@@ -131,10 +131,11 @@ def init_state(key: jax.Array, rt: Runtime, cfg: LoopConfig) -> LoopState:
     from it (``runtime.named_key``); the model was initialised by ``Runtime.build``.
     """
     from llome_jax import ga
+    from llome_jax.runner import round0_key
     from llome_jax.train import make_optimizer
 
     archive = ga.run_archive(
-        named_key(key, "ga"),
+        round0_key(key),  # the round 0 every optimizer shares
         rt.objective,
         rt.x0,
         cfg.ga_generations,

@@ -1,0 +1,47 @@
+"""The README's examples print what the README shows (docs that cannot go stale)."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _own_objective_example() -> tuple[str, list[str]]:
+    """The code block of README's "Your own objective" and the output block after it."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Your own objective") :]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    after = section.split("```python\n", 1)[1].split("```", 1)[1]
+    shown = after.split("```\n", 1)[1].split("```", 1)[0]
+    return code, shown.strip().splitlines()
+
+
+@pytest.mark.slow
+def test_the_own_objective_example_prints_what_the_readme_shows(tmp_path: pathlib.Path) -> None:
+    code, shown = _own_objective_example()
+    (tmp_path / "my_objective.py").write_text(code)
+    result = subprocess.run(
+        [sys.executable, "my_objective.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=True,
+    )
+    printed = result.stdout.strip().splitlines()
+    assert [line.split(":")[0] for line in printed] == ["GA", "LLOME", "LaMBO-2"]
+    assert printed[0] == shown[0]  # the GA: integer values, no float training
+    pattern = re.compile(
+        r"(.+): round 0 paid (\d+) labels, then (\d+) in \d+ rounds; best (\S+), regret (\S+)"
+    )
+    for line, readme in zip(printed[1:], shown[1:]):
+        name, round0, paid, _, regret = pattern.fullmatch(line).groups()
+        assert readme.startswith(f"{name}: round 0 paid {round0} labels, then ")
+        # the budget is spent exactly unless the optimum was found first
+        assert int(paid) == 64 or (float(regret) == 0 and int(paid) <= 64)
