@@ -523,10 +523,10 @@ def run_difficulty(scale: Scale, path: pathlib.Path) -> str:
 # Reading results
 # ------------------------------------------------------------------------------------------
 def _rounds(path: pathlib.Path) -> list[dict]:
-    file = path / "rounds.jsonl"
-    if not file.exists():
-        return []
-    return [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+    """A run's ``rounds.jsonl`` records (a damaged line is named: ``RunDirectory.rounds``)."""
+    from llome_jax.rundir import RunDirectory
+
+    return RunDirectory(path).rounds()
 
 
 def _candidates(path: pathlib.Path) -> list[dict[str, np.ndarray]]:

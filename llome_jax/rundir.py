@@ -344,6 +344,7 @@ class RunDirectory:
         legacy_values: Mapping[str, Any] | None = None,
         upgrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         lock: bool = False,
+        audit: bool = False,
     ) -> RunDirectory:
         """Open a run directory.
 
@@ -364,6 +365,8 @@ class RunDirectory:
           lock: hold an exclusive lock on the directory until :meth:`release` (taken before the
             checks when the directory exists, so that a second process starting the same run
             is told it is in use; otherwise once it is made, before ``config.json`` is written).
+          audit: on resume, first check that the round driver's files agree
+            (:func:`llome_jax.run_integrity.check_run_directory`; the round driver sets it).
 
         On resume, ``config.json`` never contradicts the data: an integer ``rounds`` is stored as
         the larger of the saved and the requested target, and a request below the rounds
@@ -375,7 +378,7 @@ class RunDirectory:
           ValueError: on a configuration mismatch (a changed function is named as such), an
             unreadable ``config.json``, a path that is a file, or an existing run without
             ``resume``; nothing is written in that case.
-          run_integrity.DamagedRunError: ``resume`` on a directory whose files disagree
+          run_integrity.DamagedRunError: ``audit`` and ``resume`` on a directory whose files disagree
             (:func:`llome_jax.run_integrity.check_run_directory`); nothing is written.
           NothingToDoError: a resume asking for fewer rounds than the directory holds; nothing
             is written.
@@ -390,7 +393,7 @@ class RunDirectory:
         handle = _acquire_lock(directory) if lock and directory.is_dir() else None
         try:
             config = _normalise(dict(config))
-            if resume and (directory / cls.CONFIG).is_file():
+            if audit and resume and (directory / cls.CONFIG).is_file():
                 from llome_jax.run_integrity import check_run_directory
 
                 read_config(directory / cls.CONFIG)  # an unreadable one is named first

@@ -224,6 +224,7 @@ def run(
         mutable_keys=("rounds", "budget", "resume", "out", "provenance"),
         upgrade=optimizer.upgrade_config,
         lock=True,
+        audit=True,
     )
     try:
         return _run_rounds(

@@ -58,7 +58,7 @@ def test_an_interrupted_run_says_how_to_resume_and_resumes_exactly(
     sig: int, code: int, tmp_path: pathlib.Path
 ) -> None:
     out = tmp_path / "run"
-    process = _start(out, 60)
+    process = _start(out, 100_000)  # a cap it cannot reach: the signal ends it
     _wait_for_rounds(out, 2, process)
     process.send_signal(sig)
     _, err = process.communicate(timeout=300)
@@ -67,10 +67,12 @@ def test_an_interrupted_run_says_how_to_resume_and_resumes_exactly(
     assert "Traceback" not in err
     assert len(lines) == 1, err
     assert f"llome-jax ga --resume --out {out}" in lines[0] and "keeps rounds 0-" in lines[0]
-    # resumed to 4 rounds, it equals a run of 4 rounds made in one go
+    kept = int(lines[0].split("keeps rounds 0-")[1].split()[0])
+    # resumed to two rounds more, it equals a run of that many rounds made in one go
     from llome_jax.cli import main
 
-    assert main(["ga", "--resume", "--rounds", "4", "--out", str(out), "--no-progress"]) == 0
-    assert main([*GA, "--rounds", "4", "--out", str(tmp_path / "once")]) == 0
+    target = str(kept + 2)
+    assert main(["ga", "--resume", "--rounds", target, "--out", str(out), "--no-progress"]) == 0
+    assert main([*GA, "--rounds", target, "--out", str(tmp_path / "once")]) == 0
     resumed = (out / "evaluated.csv").read_text()
     assert resumed == (tmp_path / "once" / "evaluated.csv").read_text()
