@@ -16,6 +16,14 @@ it had), a deleted ``rounds.jsonl`` would restart the counters. :func:`check_run
 finds it and raises :class:`DamagedRunError`, one line naming the file, the line and what
 disagrees, before anything is written; the resume then changes nothing.
 
+The way out, where one is safe: damage after a checkpointed round ``c`` (a lost or truncated
+record, a row written twice at the end, a checkpoint the log does not hold) is undone by rolling
+the directory back to ``c`` (:func:`safe_round` finds the newest ``c`` whose files, cut there,
+agree; :func:`repair` cuts them, ``--resume --repair`` on the command line); the rounds after
+it are recomputed from the checkpoint, as after a crash, and pay again for what they label.
+Damage inside the rounds every checkpoint holds (round 0's labels, a deleted file) has no safe
+way out: restore the file or start a new run.
+
 The checks (``n_r``: the record of round ``r``'s ``num_evaluations``):
 
 * ``rounds.jsonl``: each line a JSON object with an integer ``round``; rounds 0, 1, 2, ... in
@@ -39,7 +47,14 @@ import math
 import pathlib
 from typing import Any
 
-__all__ = ["DamagedRunError", "check_run_directory", "checkpoint_steps"]
+__all__ = [
+    "DamagedRunError",
+    "audit_for_resume",
+    "check_run_directory",
+    "checkpoint_steps",
+    "repair",
+    "safe_round",
+]
 
 
 class DamagedRunError(ValueError):
@@ -51,6 +66,17 @@ def _damaged(path: pathlib.Path, line: int | None, what: str) -> DamagedRunError
     return DamagedRunError(
         f"cannot resume: {where}: {what}. Nothing was changed; restore the file from a copy, "
         "or start a new run in another --out"
+    )
+
+
+def _with_way_out(directory: pathlib.Path, damage: DamagedRunError) -> DamagedRunError:
+    """``damage``, saying whether ``--repair`` has a safe way out (:func:`safe_round`)."""
+    step = safe_round(directory)
+    if step is None:
+        return damage
+    return DamagedRunError(
+        f"{damage}; or --resume --repair rolls it back to round {step}, whose files agree "
+        "(the rounds after it are recomputed)"
     )
 
 
@@ -173,3 +199,106 @@ def check_run_directory(directory: str | pathlib.Path) -> None:
                 f"round {record['round']} records {paid} labels paid, evaluated.csv holds "
                 f"{counted} up to that round",
             )
+
+
+def _cut_rounds(text: str, to_round: int) -> str:
+    """``rounds.jsonl``'s leading whole records of rounds ``<= to_round``."""
+    kept = []
+    for index, line in enumerate(text.splitlines()):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            break
+        if not isinstance(record, dict) or record.get("round") != index or index > to_round:
+            break
+        kept.append(line + "\n")
+    return "".join(kept)
+
+
+def _cut_rows(text: str, to_round: int) -> str:
+    """``evaluated.csv``'s header and leading rows of rounds ``<= to_round``."""
+    lines = text.splitlines(keepends=True)
+    kept = lines[:1]
+    for line in lines[1:]:
+        first = line.split(",", 1)[0]
+        if not first.isdigit() or int(first) > to_round:
+            break
+        kept.append(line)
+    return "".join(kept)
+
+
+def _cut(directory: pathlib.Path, to_round: int, into: pathlib.Path) -> None:
+    """Write ``directory`` cut to rounds ``<= to_round`` into ``into`` (the round driver's files;
+    checkpoints as empty step folders, which is all the checks read)."""
+    import shutil
+
+    into.mkdir(parents=True, exist_ok=True)
+    if (directory / "config.json").is_file():
+        shutil.copy(directory / "config.json", into / "config.json")
+    for name, cut in (("rounds.jsonl", _cut_rounds), ("evaluated.csv", _cut_rows)):
+        if (directory / name).is_file():
+            (into / name).write_text(cut((directory / name).read_text(), to_round))
+    for step in checkpoint_steps(directory):
+        if step <= to_round:
+            (into / "checkpoints" / str(step)).mkdir(parents=True, exist_ok=True)
+
+
+def safe_round(directory: str | pathlib.Path) -> int | None:
+    """The newest checkpointed round ``c`` at which ``directory``, cut to rounds ``<= c``, is
+    whole (``None``: there is none). Reads only."""
+    import tempfile
+
+    directory = pathlib.Path(directory)
+    for step in reversed(checkpoint_steps(directory)):
+        with tempfile.TemporaryDirectory() as tmp:
+            _cut(directory, step, pathlib.Path(tmp) / "run")
+            try:
+                check_run_directory(pathlib.Path(tmp) / "run")
+            except DamagedRunError:
+                continue
+            return step
+    return None
+
+
+def repair(directory: str | pathlib.Path) -> int | None:
+    """Roll a damaged ``directory`` back to :func:`safe_round`: its logs cut there, later
+    checkpoints and a later ``stopped.json`` removed. Returns that round, or ``None`` when the
+    directory is whole (nothing is changed then).
+
+    Raises:
+      DamagedRunError: the damage has no safe way out (the message of the check)."""
+    import shutil
+
+    from llome_jax.rundir import atomic_write_text
+
+    directory = pathlib.Path(directory)
+    try:
+        check_run_directory(directory)
+        return None
+    except DamagedRunError as damage:
+        step = safe_round(directory)
+        if step is None:
+            raise DamagedRunError(
+                f"{damage} (no checkpointed round is whole: --repair cannot help)"
+            ) from None
+    for name, cut in (("rounds.jsonl", _cut_rounds), ("evaluated.csv", _cut_rows)):
+        path = directory / name
+        if path.is_file():
+            atomic_write_text(path, cut(path.read_text(), step))
+    for later in checkpoint_steps(directory):
+        if later > step:
+            shutil.rmtree(directory / "checkpoints" / str(later))
+    stopped = directory / "stopped.json"
+    if stopped.is_file() and json.loads(stopped.read_text()).get("after_round", 0) > step:
+        stopped.unlink()
+    return step
+
+
+def audit_for_resume(directory: str | pathlib.Path) -> None:
+    """:func:`check_run_directory`, whose refusal also says when ``--repair`` has a safe way
+    out (the round it would roll back to)."""
+    directory = pathlib.Path(directory)
+    try:
+        check_run_directory(directory)
+    except DamagedRunError as damage:
+        raise _with_way_out(directory, damage) from None

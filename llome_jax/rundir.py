@@ -394,10 +394,10 @@ class RunDirectory:
         try:
             config = _normalise(dict(config))
             if audit and resume and (directory / cls.CONFIG).is_file():
-                from llome_jax.run_integrity import check_run_directory
+                from llome_jax.run_integrity import audit_for_resume
 
                 read_config(directory / cls.CONFIG)  # an unreadable one is named first
-                check_run_directory(directory)  # damage refused before anything is written
+                audit_for_resume(directory)  # damage refused before anything is written
             config = cls._checked_config(
                 directory, config, resume, mutable_keys, upgrade, legacy_values
             )

@@ -168,6 +168,7 @@ def run(
     trackers: Sequence[Any] = (),
     budget: int | None = None,
     bars: bool = True,
+    repair: bool = False,
 ) -> RunResult[State]:
     """Run (or resume) ``optimizer`` into the run directory ``out``.
 
@@ -180,6 +181,9 @@ def run(
         elapsed time and an ETA; then the optimizer's own line) and the optimizer's progress
         bars.
       bars: with ``progress``, also the progress bars (``False``: the lines only, ``--quiet``).
+      repair: with ``resume``, first roll a damaged directory back to its newest checkpointed
+        round whose files agree (``run_integrity.repair``; a line says so); without it a damaged
+        directory is refused.
       max_rounds_this_call: stop after this many rounds in this call (tests, interruptions).
       log: where the lines go.
       extra_config: more keys for ``config.json`` (e.g. the CLI's ``loss``).
@@ -217,6 +221,17 @@ def run(
         config["budget"] = budget
     # one provenance entry per invocation: a resume appends it to the saved ones (never compared)
     config["provenance"] = [provenance()]
+    if repair and resume and pathlib.Path(out, "config.json").is_file():
+        from llome_jax.run_integrity import repair as roll_back
+        from llome_jax.rundir import _acquire_lock
+
+        handle = _acquire_lock(pathlib.Path(out))  # nobody else writes while it is cut
+        try:
+            step = roll_back(out)
+        finally:
+            handle.close()
+        if step is not None:
+            log(f"repaired {out}: rolled back to round {step}, whose files agree")
     run_dir = RunDirectory.create(
         out,
         config,

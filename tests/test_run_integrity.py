@@ -122,3 +122,33 @@ def test_a_whole_run_and_a_crash_before_the_checkpoint_pass(
     (extra / "evaluated.csv").write_text("".join([*_lines(extra / "evaluated.csv"), rows[1]]))
     with pytest.raises(DamagedRunError, match="a label of round 4"):
         check_run_directory(extra)
+
+
+#: damage after a checkpointed round: --repair rolls back to it (round 1; checkpoints 1 and 2)
+REPAIRABLE = ["rounds.jsonl truncated", "a row written twice", "a record lost"]
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_repair_rolls_back_only_where_that_is_safe(
+    damage: str, base: pathlib.Path, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "copy"
+    shutil.copytree(base, out)
+    DAMAGE[damage][0](out)
+    resume = ["ga", "--resume", "--rounds", "3", "--out", str(out), "--no-progress"]
+    assert main(resume) == 2
+    refusal = capsys.readouterr().err
+    assert ("--resume --repair rolls it back to round 1" in refusal) == (damage in REPAIRABLE)
+    before = _digests(out)
+    if damage not in REPAIRABLE:
+        assert main([*resume, "--repair"]) == 2
+        assert "--repair cannot help" in capsys.readouterr().err
+        assert _digests(out) == before
+        return
+    assert main([*resume, "--repair"]) == 0
+    assert f"repaired {out}: rolled back to round 1" in capsys.readouterr().out
+    whole = tmp_path / "whole"  # the undamaged run continued to 3 rounds
+    shutil.copytree(base, whole)
+    assert main(["ga", "--resume", "--rounds", "3", "--out", str(whole), "--no-progress"]) == 0
+    assert (out / "evaluated.csv").read_bytes() == (whole / "evaluated.csv").read_bytes()
+    check_run_directory(out)

@@ -112,6 +112,12 @@ def add_run_arguments(
     parser.add_argument("--seed", type=int, default=None, help="run seed (default 0)")
     add_run_directory_arguments(parser)
     parser.add_argument(
+        "--repair",
+        action="store_true",
+        help="with --resume: roll a damaged run directory back to its newest checkpointed round "
+        "whose files agree (the later rounds are recomputed); without it a damaged one is refused",
+    )
+    parser.add_argument(
         "--quiet",
         action="store_true",
         help="no progress bars; the round lines (round k/N, labels paid, min regret, ETA) stay",

@@ -141,8 +141,9 @@ def _run_rounds(args: argparse.Namespace) -> int:
         resume=args.resume,
         progress=not args.no_progress,
         trackers=trackers,
-        budget=args.budget,
-        bars=not args.quiet,
+        budget=getattr(args, "budget", None),
+        bars=not getattr(args, "quiet", False),
+        repair=getattr(args, "repair", False),
     )
     if result.records:
         last = result.records[-1]
@@ -167,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     from llome_jax import ehrlich, ga
     from llome_jax.rundir import RunDirectory, atomic_write_text, plot_regret_curves
 
-    if args.rounds is not None or args.resume or args.budget is not None:
+    if args.rounds is not None or args.resume or getattr(args, "budget", None) is not None:
         return _run_rounds(args)
     if args.objective is not None:
         raise ValueError("--objective runs in round mode: pass --rounds")

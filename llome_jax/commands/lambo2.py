@@ -104,8 +104,9 @@ def run(args: argparse.Namespace) -> int:
         objective=objective,
         extra_config={"preset": args.preset},
         trackers=trackers,
-        budget=args.budget,
-        bars=not args.quiet,
+        budget=getattr(args, "budget", None),
+        bars=not getattr(args, "quiet", False),
+        repair=getattr(args, "repair", False),
     )
     final = result.state.history
     best = float(final.y.max())

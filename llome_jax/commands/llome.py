@@ -138,8 +138,9 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         trackers=trackers,
         log_candidates=args.log_candidates,
-        budget=args.budget,
-        bars=not args.quiet,
+        budget=getattr(args, "budget", None),
+        bars=not getattr(args, "quiet", False),
+        repair=getattr(args, "repair", False),
     )
     last = result.records[-1] if result.records else None
     if last is None and result.path.joinpath("rounds.jsonl").exists():
