@@ -9,7 +9,8 @@ in use) ends a command with one line ``llome-jax COMMAND: error: ...`` on stderr
 the commands check their input before they write anything. A resume that has nothing to do
 (``rundir.NothingToDoError``) says so on stdout and exits 0. Ctrl-C (exit 130) and SIGTERM
 (exit 143) end a run with one line, no traceback: what the run directory kept (the rounds up to
-its last checkpoint) and the ``--resume`` command that continues it.
+its last checkpoint) and the ``--resume`` command that continues it. During the rounds the first
+signal finishes the current round and a second abandons it (``llome_jax.runner.run``).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     from llome_jax.rundir import NothingToDoError, RunDirectoryInUseError
+    from llome_jax.runner import Terminated
 
     previous = signal.signal(signal.SIGTERM, _terminated) if _main_thread() else None
     try:
@@ -89,11 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-class Terminated(BaseException):
-    """SIGTERM, raised in the main thread so that the run stops as after Ctrl-C."""
-
-
 def _terminated(signum: int, frame: object) -> None:
+    from llome_jax.runner import Terminated
+
     raise Terminated
 
 
@@ -108,6 +108,8 @@ def _interrupted(args: argparse.Namespace, stop: BaseException) -> str:
     continues it (a round interrupted midway is recomputed from the last checkpoint; no label
     is lost)."""
     import pathlib
+
+    from llome_jax.runner import Terminated
 
     what = "interrupted (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
     out = getattr(args, "out", None)

@@ -22,6 +22,11 @@ get every record this call writes and are finished however the call ends. Order 
 compute, append the labelled sequences and the round record (then the trackers get it), then
 checkpoint; a resume rolls the logs back to the newest readable checkpoint and recomputes the rest
 (identically), so no labelled sequence is lost or duplicated.
+
+Ctrl-C (SIGINT) and SIGTERM during :func:`run` (in the main thread) finish the current round:
+its labels, record and checkpoint are written, then ``KeyboardInterrupt`` or :class:`Terminated`
+is raised at the round boundary (the CLI turns it into one line and exit 130/143). A second
+signal abandons the round at once; the resume recomputes it from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import pathlib
+import signal
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
@@ -40,6 +47,7 @@ __all__ = [
     "RoundOptimizer",
     "RoundResult",
     "RunResult",
+    "Terminated",
     "optimum_stop_reason",
     "progress_bar",
     "progress_text",
@@ -154,6 +162,50 @@ def progress_bar(enabled: bool, **kwargs: Any) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(disable=not enabled, leave=False, dynamic_ncols=True, **kwargs)
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that a run stops as after Ctrl-C."""
+
+
+class _StopAtRoundEnd:
+    """Signal handlers for the rounds of :func:`run`: the first Ctrl-C or SIGTERM is noted (one
+    line through ``log``) and raised by :meth:`check` at the next round boundary, once the round's
+    files and checkpoint are written; a second one raises at once. Installed only in the main
+    thread; a SIGINT that the process ignores (a background job) stays ignored."""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self._log = log
+        self._pending: BaseException | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopAtRoundEnd:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous = signal.getsignal(signum)
+            if signum == signal.SIGINT and previous == signal.SIG_IGN:
+                continue
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: object) -> None:
+        stop = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        if self._pending is not None:  # the second signal: abandon the round now
+            raise stop
+        self._pending = stop
+        name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+        self._log(f"{name}: finishing this round, then stopping ({name} again abandons it)")
+
+    def check(self) -> None:
+        """Raise the noted signal (between rounds, after the checkpoint)."""
+        if self._pending is not None:
+            raise self._pending
 
 
 def run(
@@ -275,6 +327,7 @@ def _run_rounds(
     with (
         contextlib.ExitStack() as finish_trackers,
         CheckpointManager(run_dir.checkpoint_dir, max_to_keep=2) as manager,
+        _StopAtRoundEnd(log) as interrupt,
     ):
         state = optimizer.restore(manager) if resume else None
         run_dir.rollback(-1 if state is None else optimizer.round_index(state))
@@ -322,6 +375,7 @@ def _run_rounds(
             and not optimizer.stop_reason(state)
             and (oracle is None or oracle.remaining() != 0)
         ):
+            interrupt.check()
             if max_rounds_this_call is not None and done_here >= max_rounds_this_call:
                 break
             t0 = time.perf_counter()
