@@ -9,9 +9,8 @@ calls). Peak RSS therefore covers the evaluation with its input resident, not in
     python benchmarks/ehrlich_throughput.py                 # f1-f4 x 1e4, 1e5, 1e6
     python benchmarks/ehrlich_throughput.py --quick         # f2, f4 at 1e4, 1e5
     python benchmarks/ehrlich_throughput.py --devices 2     # also shard the batch over 2 CPU devices
-    python benchmarks/ehrlich_throughput.py --quick --previous --dtype uint8
-        # also time the previous kernel (benchmarks/_ehrlich_kernel_previous.py) on the same
-        # batch, interleaved with the current one; token dtype of the batch (default int32)
+    python benchmarks/ehrlich_throughput.py --quick --dtype uint8
+        # token dtype of the batch (default int32)
     python benchmarks/ehrlich_throughput.py --quick --host --devices 2
         # also time the public call on a NumPy batch (validation, size buckets, the batch split
         # over the usable cores, results back on the host), interleaved with the jitted one
@@ -63,13 +62,12 @@ def measure(
     devices: int,
     repeats: int,
     dtype: str = "int32",
-    previous: bool = False,
     host: bool = False,
     chunk_sizes: tuple[int, ...] = (),
 ) -> dict:
-    """Runs inside the worker subprocess. With ``previous``, the previous kernel is timed on the
-    same batch, alternating call by call with the current one (so load changes hit both); with
-    ``host``, so is ``ehrlich.evaluate`` called on the batch as a NumPy array; with
+    """Runs inside the worker subprocess. With ``host``, ``ehrlich.evaluate`` called on the
+    batch as a NumPy array is timed on the same batch, alternating call by call with the jitted
+    kernel (so load changes hit both); with
     ``chunk_sizes``, so is the jitted kernel with each of these ``chunk_size=`` values (0 = the
     whole batch in one block), values checked bit for bit against the default."""
     import jax
@@ -112,14 +110,6 @@ def measure(
     values = evaluate(fn, x).block_until_ready()  # compile + warm up
     frac_feasible = float(jnp.mean(jnp.isfinite(values)))
     candidates = {"current": evaluate}
-    if previous:
-        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-        from _ehrlich_kernel_previous import evaluate_previous
-
-        candidates["previous"] = jax.jit(evaluate_previous)
-        old_values = candidates["previous"](fn, x).block_until_ready()
-        if not bool(jnp.all(old_values.view(jnp.int32) == values.view(jnp.int32))):
-            raise AssertionError("previous and current kernels disagree")
     if host:
         import numpy as np
 
@@ -145,11 +135,6 @@ def measure(
             timings[name].append(time.perf_counter() - start)
     times = sorted(timings["current"])
     extra = {"dtype": dtype}
-    if previous:
-        old = sorted(timings["previous"])
-        extra["previous_best_seq_per_s"] = batch / old[0]
-        extra["previous_median_seq_per_s"] = batch / old[len(old) // 2]
-        extra["speedup_vs_previous"] = old[0] / times[0]
     if host:
         on_host = sorted(timings["host"])
         extra["host_best_seq_per_s"] = batch / on_host[0]
@@ -192,11 +177,6 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="f2 and f4 at 1e4 and 1e5 only")
     parser.add_argument("--dtype", default="int32", help="token dtype of the batch (int32, uint8)")
     parser.add_argument(
-        "--previous",
-        action="store_true",
-        help="also time the previous kernel (benchmarks/_ehrlich_kernel_previous.py), interleaved",
-    )
-    parser.add_argument(
         "--host",
         action="store_true",
         help="also time ehrlich.evaluate on the batch as a NumPy array (split over the cores)",
@@ -226,9 +206,7 @@ def main() -> None:
     if args.worker:
         function, batch, devices = args.worker[0], int(float(args.worker[1])), int(args.worker[2])
         sizes = tuple(int(float(c)) for c in args.chunk_sizes.split(",") if c.strip())
-        row = measure(
-            function, batch, devices, args.repeats, args.dtype, args.previous, args.host, sizes
-        )
+        row = measure(function, batch, devices, args.repeats, args.dtype, args.host, sizes)
         print(json.dumps(row))
         return
     functions = ["f2", "f4"] if args.quick else args.functions.split(",")
@@ -262,7 +240,6 @@ def main() -> None:
                         "--dtype",
                         args.dtype,
                     ]
-                    + (["--previous"] if args.previous else [])
                     + (["--host"] if args.host and devices == 1 else [])
                     + (["--chunk-sizes", args.chunk_sizes] if args.chunk_sizes else [])
                 )
@@ -306,12 +283,6 @@ def main() -> None:
                     f"{row['median_seq_per_s']:>11.3e} {peak:>9s} {ratio:>7s}"
                     + f"  default chunk {row['chunk_size']} ({row['backend']})"
                     + (
-                        f"  previous {row['previous_best_seq_per_s']:.3e} "
-                        f"(x{row['speedup_vs_previous']:.2f})"
-                        if args.previous
-                        else ""
-                    )
-                    + (
                         f"  host call {row['host_best_seq_per_s']:.3e}"
                         f" (threads=1: {row['host_1_thread_best_seq_per_s']:.3e})"
                         if "host_best_seq_per_s" in row
@@ -325,11 +296,7 @@ def main() -> None:
                     flush=True,
                 )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    suffix = (
-        ("" if args.dtype == "int32" else f"_{args.dtype}")
-        + ("_vs_previous" if args.previous else "")
-        + ("_host" if args.host else "")
-    )
+    suffix = ("" if args.dtype == "int32" else f"_{args.dtype}") + ("_host" if args.host else "")
     target = pathlib.Path(args.out) if args.out else RESULTS / f"ehrlich_throughput{suffix}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     import platform

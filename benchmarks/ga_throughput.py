@@ -20,7 +20,7 @@ import time
 
 import jax
 
-from llome_jax import ehrlich, ga
+from llome_jax import ehrlich, ga, ga_loop
 
 REFERENCE_GEN_PER_S = {"f2": 96.0, "f4": 12.6}
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
@@ -31,10 +31,12 @@ def measure(function: str, seeds: int, generations: int, repeats: int) -> dict:
     x0 = ehrlich.paper_initial_solution(function)
     config = ga.GAConfig()
     if seeds == 1:
-        runner = jax.jit(lambda k: ga.run(k, fn, x0, generations, config)[1].best_value)
+        runner = jax.jit(lambda k: ga_loop.run(k, fn, x0, generations, config)[1].best_value)
         keys = [jax.random.key(i) for i in range(repeats + 1)]
     else:
-        runner = jax.jit(jax.vmap(lambda k: ga.run(k, fn, x0, generations, config)[1].best_value))
+        runner = jax.jit(
+            jax.vmap(lambda k: ga_loop.run(k, fn, x0, generations, config)[1].best_value)
+        )
         keys = [jax.random.split(jax.random.key(i), seeds) for i in range(repeats + 1)]
     start = time.perf_counter()
     runner(keys[0]).block_until_ready()

@@ -160,6 +160,7 @@ def _machine() -> dict[str, Any]:
 
 def compare_steps(args: argparse.Namespace, cfg: Any, mc: Any) -> dict[str, Any]:
     """Per-leaf vs fused training step, side by side (``--compare-steps``; module docstring)."""
+    from llome_jax.lambo2 import data as lambo_data
     from llome_jax.lambo2 import model, train
 
     ens, b, n = mc.ensemble_size, cfg.train.batch_size, mc.padded_length
@@ -169,7 +170,7 @@ def compare_steps(args: argparse.Namespace, cfg: Any, mc: Any) -> dict[str, Any]
         return rng.integers(0, mc.num_states, (*shape, n)).astype(np.int32)
 
     batch = jax.device_put(
-        train.StepBatch(
+        lambo_data.StepBatch(
             cls_tokens=tokens(ens, b),
             cls_labels=rng.integers(0, 2, (ens, b)).astype(np.int32),
             cls_valid=np.ones((ens, b), bool),
@@ -301,8 +302,10 @@ def main() -> None:
         name = "lambo2_fused_step.json" if args.compare_steps else "lambo2_round.json"
         args.out = str(results_dir / name)
 
-    from llome_jax import ehrlich, ga
+    from llome_jax import ehrlich, ga, ga_loop
+    from llome_jax.lambo2 import data as lambo_data
     from llome_jax.lambo2 import design, model, optimizer, train
+    from llome_jax.lambo2 import seeds as lambo_seeds
     from llome_jax.parallel import make_mesh
 
     overrides: dict = {"function": args.function, "seed": args.seed}
@@ -323,7 +326,7 @@ def main() -> None:
     rows: list[tuple[str, float, str]] = []
 
     archive, t_ga = _timed(
-        lambda: ga.run_archive(
+        lambda: ga_loop.run_archive(
             jax.random.key(args.seed),
             fn,
             ehrlich.resolve_initial_solution(cfg.function),
@@ -336,7 +339,7 @@ def main() -> None:
     rows.append(("GA seed data (incl. compile)", t_ga, f"{len(y)} distinct sequences"))
 
     data, t_prep = _timed(
-        lambda: train.prepare_training_data(history.x, history.y, history.t, mc, cfg.train)
+        lambda: lambo_data.prepare_training_data(history.x, history.y, history.t, mc, cfg.train)
     )
     steps = data.steps_per_epoch(cfg.train.batch_size)
     rows.append(("prepare task tables", t_prep, f"{steps} steps/epoch"))
@@ -345,7 +348,7 @@ def main() -> None:
     n_params = model.num_parameters(params)
     step_cfg = train.step_config_of(cfg.train)
     opt = train.init_opt_state(params, step_cfg)
-    batches = train.epoch_batches(np.random.default_rng(0), data, mc, cfg.train.batch_size)
+    batches = lambo_data.epoch_batches(np.random.default_rng(0), data, mc, cfg.train.batch_size)
     batch = jax.device_put(batches[0])
     step_fn = train.fused_train_step if cfg.train.fused else train.train_step
 
@@ -390,7 +393,7 @@ def main() -> None:
     stats = design.RegressorStats(jnp.float32(data.y_mean), jnp.float32(data.y_std))
 
     def seeds_fn():
-        idx = design.select_design_seeds(
+        idx = lambo_seeds.select_design_seeds(
             history.x, history.y, history.t, cfg.num_samples, cfg.alpha
         )
         seeds = history.x[idx]

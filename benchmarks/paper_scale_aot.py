@@ -62,15 +62,10 @@ from llome_jax.llome.finetune import microbatches  # noqa: E402
 from llome_jax.llome.presets import preset  # noqa: E402
 from llome_jax.lm.logprobs import target_window  # noqa: E402
 from llome_jax.lm.pythia import PythiaConfig, abstract_model  # noqa: E402
-from llome_jax.losses import LossBatch, default_params, get_loss, loss_spec  # noqa: E402
-from llome_jax.train import (  # noqa: E402
-    TrainBatch,
-    TrainState,
-    make_optimizer,
-    make_train_step,
-    paper_optimizer,
-    split_params,
-)
+from llome_jax.loss_inputs import LossBatch  # noqa: E402
+from llome_jax.loss_registry import default_params, get_loss, loss_spec  # noqa: E402
+from llome_jax.train import TrainBatch, TrainState, make_train_step, split_params  # noqa: E402
+from llome_jax.train_optimizer import make_optimizer, paper_optimizer  # noqa: E402
 from llome_jax.types import SeqLogProbs  # noqa: E402
 
 

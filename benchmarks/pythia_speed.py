@@ -330,14 +330,9 @@ def main() -> None:
     from llome_jax.lm import convert
     from llome_jax.lm.pythia import Pythia, PythiaConfig, num_parameters
     from llome_jax.lm.sample import SampleConfig, generate
-    from llome_jax.losses import LOSSES, default_params
-    from llome_jax.train import (
-        OptimizerConfig,
-        TrainBatch,
-        init_train_state,
-        make_optimizer,
-        make_train_step,
-    )
+    from llome_jax.loss_registry import LOSSES, default_params
+    from llome_jax.train import TrainBatch, init_train_state, make_train_step
+    from llome_jax.train_optimizer import OptimizerConfig, make_optimizer
 
     torch.set_num_threads(os.cpu_count() or 1)
     config = PythiaConfig.preset(args.preset)

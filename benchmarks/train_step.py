@@ -2,13 +2,13 @@
 the cost of the reference forward pass, exact gradient accumulation, and data-parallel overhead.
 
 For each model size (``tiny``, ``small``: the Pythia presets used in tests and laptop runs;
-``70m``: Pythia-70M dimensions, vocabulary 50304) and each loss in ``losses.LOSSES``:
+``70m``: Pythia-70M dimensions, vocabulary 50304) and each loss in ``loss_registry.LOSSES``:
 
 * one jitted, donating train step (``train.make_train_step``, paper optimizer, clip 1.0) on a
   batch shaped like the f2 pipeline (prompt 69 + target 65 = 134 tokens; DPO: the batch holds
   B/2 pairs, i.e. B sequences, so every row costs the same);
 * ``ref fwd``: the reference model's forward pass over the same batch
-  (``train.compute_logprobs``), as a fraction of a step. llome_jax runs it once per round over
+  (``dataset_logprobs.compute_logprobs``), as a fraction of a step. llome_jax runs it once per round over
   the dataset; the authors' trainers recomputed it in every step. With one epoch (the paper's
   setting) the FLOPs are the same; precomputing frees the second model from device memory during
   training and amortises over epochs (the "smaller Pythia" configuration trains 5 epochs).
@@ -86,7 +86,7 @@ def build_model(size: str, model_kind: str):
 def make_batch(loss: str, batch_size: int, vocab: int, seed: int = 0):
     import numpy as np
 
-    from llome_jax.losses import LossBatch
+    from llome_jax.loss_inputs import LossBatch
     from llome_jax.train import TrainBatch
 
     rng = np.random.default_rng(seed)
@@ -130,14 +130,10 @@ def measure(
     import jax
 
     from llome_jax import parallel
-    from llome_jax.losses import default_params, get_loss
-    from llome_jax.train import (
-        compute_logprobs,
-        init_train_state,
-        make_optimizer,
-        make_train_step,
-        paper_optimizer,
-    )
+    from llome_jax.dataset_logprobs import compute_logprobs
+    from llome_jax.loss_registry import default_params, get_loss
+    from llome_jax.train import init_train_state, make_train_step
+    from llome_jax.train_optimizer import make_optimizer, paper_optimizer
 
     model, kind = build_model(size, model_kind)
     vocab = SIZES[size][0]

@@ -5,7 +5,7 @@ paper's GA (n = 1000, alpha = 0.1, p_m = 0.005, p_r = 0.0882) runs on several in
 seed = run seed, so the spread covers both the function and the optimizer's randomness), all seeds
 of one setting vmapped in a single jitted call. When k varies, q follows it (q = k, the reference's
 dense signal), since q must lie in [1, k]. Writes a CSV of min-regret curves and a PNG with one
-panel per parameter.
+panel per parameter (the sweep: :mod:`llome_jax.bench.difficulty`).
 
     python experiments/ga_difficulty.py --out results/ga_difficulty            # ~5 min on 2 cores
     python experiments/ga_difficulty.py --generations 300 --seeds 2 --out /tmp/x   # quick check
@@ -20,38 +20,11 @@ import json
 import pathlib
 import time
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from llome_jax import ehrlich, ga
-from llome_jax.rundir import draw_regret_curves
-
-REFERENCE = ehrlich.EhrlichConfig(
-    num_states=32, dim=32, num_motifs=2, motif_length=4, quantization=4
-)
-VARIATIONS: dict[str, tuple[str, list[int]]] = {
-    "v": ("num_states", [8, 32, 128]),
-    "L": ("dim", [16, 32, 128]),
-    "c": ("num_motifs", [1, 2, 4]),
-    "k": ("motif_length", [2, 4, 8]),
-    "q": ("quantization", [1, 2, 4]),
-}
-
-
-def run_setting(config: ehrlich.EhrlichConfig, seeds: list[int], generations: int) -> np.ndarray:
-    """Best value so far per generation, ``[seeds, generations]``, one instance per seed."""
-    instances, starts = [], []
-    for seed in seeds:
-        key = jax.random.key(seed)
-        instance = ehrlich.make(key, config)
-        instances.append(instance)
-        starts.append(ehrlich.initial_solution(jax.random.fold_in(key, 0x1A1), instance, 1)[0])
-    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *instances)
-    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), 7))(jnp.asarray(seeds))
-    runner = jax.jit(jax.vmap(lambda k, f, x0: ga.run(k, f, x0, generations, ga.GAConfig())[1]))
-    trace = runner(keys, stacked, jnp.stack(starts))
-    return np.asarray(trace.best_value)
+# the settings and the sweep itself: the paper driver's figure 10 runs them too
+from llome_jax.bench.difficulty import REFERENCE, VARIATIONS, run_setting
+from llome_jax.plotting import draw_regret_curves
 
 
 def main() -> None:

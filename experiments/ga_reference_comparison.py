@@ -27,7 +27,7 @@ import pathlib
 import jax
 import numpy as np
 
-from llome_jax import ehrlich, ga
+from llome_jax import ehrlich, ga_loop
 
 REFERENCE = {
     "f1": {"statistic": "generations_to_optimum", "median": 35.0, "min": 21.0, "max": 56.0},
@@ -63,7 +63,7 @@ def run_seeds(name: str, num_seeds: int, generations: int, seed: int) -> np.ndar
     """``best_value`` traces ``[seeds, generations]`` of the paper-setting GA (all seeds vmapped)."""
     fn, x0 = ehrlich.paper_function(name), ehrlich.paper_initial_solution(name)
     keys = jax.random.split(jax.random.key(seed), num_seeds)
-    _, trace = jax.jit(jax.vmap(lambda k: ga.run(k, fn, x0, generations)))(keys)
+    _, trace = jax.jit(jax.vmap(lambda k: ga_loop.run(k, fn, x0, generations)))(keys)
     return np.asarray(trace.best_value)
 
 

@@ -69,7 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return 0
-    from llome_jax.rundir import NothingToDoError, RunDirectoryInUseError
+    from llome_jax.run_lock import RunDirectoryInUseError
+    from llome_jax.rundir import NothingToDoError
     from llome_jax.runner import Terminated
 
     previous = signal.signal(signal.SIGTERM, _terminated) if _main_thread() else None

@@ -27,6 +27,7 @@ __all__ = [
     "Run",
     "SummaryRow",
     "common_budget",
+    "curve_at",
     "extended",
     "labels_read",
     "load_runs",
@@ -207,13 +208,33 @@ def load_runs(arguments: Sequence[str], *, allow_mixed: bool = False) -> list[Ru
     ]
 
 
-def value_at(run: Run, budget: float) -> float:
-    """The run's metric after at most ``budget`` labels: its best value over the rounds that
-    ended within the budget (NaN when none did)."""
-    within = run.values[run.evaluations <= budget]
+def curve_at(
+    evaluations: Sequence[float] | np.ndarray,
+    values: Sequence[float] | np.ndarray,
+    budget: float,
+    metric: str = "min_regret",
+) -> float:
+    """A curve's metric after at most ``budget`` labels ("regret at a budget"): its best value
+    over the points with ``evaluations <= budget`` (the lowest for ``"min_regret"``, the highest
+    for ``"best_value"``); NaN when no point is within the budget.
+
+    The one reading of a curve at a label count: :func:`value_at` (``llome-jax compare``) and
+    the paper driver's summaries (:mod:`llome_jax.bench.results`) both call it. A curve with
+    label resolution (``RunDirectory.regret_curve`` of a ``pay_once`` run) is read at exactly
+    ``budget``; a curve of round ends at the last round that ended within it.
+    """
+    x = np.asarray(evaluations, np.float64)
+    y = np.asarray(values, np.float64)
+    within = y[x <= budget]
     if within.size == 0:
         return math.nan
-    return float(within.min() if run.metric == "min_regret" else within.max())
+    return float(within.min() if metric == "min_regret" else within.max())
+
+
+def value_at(run: Run, budget: float) -> float:
+    """The run's metric after at most ``budget`` labels: :func:`curve_at` of its curve (its best
+    value over the points within the budget; NaN when none is)."""
+    return curve_at(run.evaluations, run.values, budget, run.metric)
 
 
 def labels_read(run: Run, budget: float) -> int:

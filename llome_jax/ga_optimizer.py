@@ -4,7 +4,7 @@ What a GA *round* is: a block of generations of ``n`` particles whose labels com
 :class:`~llome_jax.oracle.Oracle` (the information contract every optimizer follows).
 
 * Round 0 is the first ``n0`` generations (default 10): with the same run seed it is exactly the
-  seed data LLOME starts from (``ga.run_archive`` with the run key's ``"ga"`` sub-key), so the
+  seed data LLOME starts from (``ga_loop.run_archive`` with the run key's ``"ga"`` sub-key), so the
   three optimizers' curves share their round 0 (paper Fig. 3: "the first 10K test function
   evaluations ... correspond to the solutions produced by the GA pre-solver").
 * With ``accounting="pay_once"`` (default) a particle whose sequence is already labelled is looked
@@ -17,7 +17,7 @@ What a GA *round* is: a block of generations of ``n`` particles whose labels com
   round is exactly ``generations_per_round`` generations; ``evaluated.csv`` holds the distinct
   sequences of each round.
 
-The generations of all rounds together are one uninterrupted GA run (``ga.run`` with as many
+The generations of all rounds together are one uninterrupted GA run (``ga_loop.run`` with as many
 generations gives the same populations): generation ``g`` uses key ``g`` of
 ``split(run_key, total)``, and a prefix of a split does not depend on its length (JAX's
 partitionable threefry). ``min_regret`` is over every particle so far; ``frac_unique`` is over the
@@ -26,7 +26,7 @@ round's proposals (its particles, ``num_proposals``).
 **Objectives.** ``GeneticAlgorithm(cfg, objective)`` optimises an
 :class:`~llome_jax.objective.Objective` instead of ``cfg.function``: a traceable (jitted JAX)
 objective runs inside the same jitted ``lax.scan``, any other one from a host loop over the same
-generations (``ga.advance``); ``config.json`` then records ``objective`` / ``objective_info``
+generations (``ga_loop.advance``); ``config.json`` then records ``objective`` / ``objective_info``
 instead of ``function`` / ``instance_seed``, and the regret fields follow the objective's
 ``optimal_value`` (null when unknown; ``best_value`` is always recorded).
 """
@@ -43,9 +43,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from llome_jax import configs, ga
-from llome_jax.objective import Objective, ehrlich_objective, objective_config
-from llome_jax.oracle import Oracle, check_contract_settings
+from llome_jax import configs, ga, ga_loop
+from llome_jax.migrations import GA_MIGRATIONS
+from llome_jax.objective import Objective
+from llome_jax.oracle import check_contract_settings
+from llome_jax.plugin import RoundOptimizerBase
 from llome_jax.runner import RoundResult, RunResult, optimum_stop_reason, progress_text
 from llome_jax.runner import run as run_rounds
 
@@ -54,13 +56,6 @@ __all__ = ["MAX_GENERATIONS_PER_ROUND", "GARoundState", "GARunConfig", "GeneticA
 #: With ``pay_once``, a round that has not paid its budget after this many times
 #: ``generations_per_round`` generations ends the run (the GA proposes nothing new).
 MAX_GENERATIONS_PER_ROUND = 50
-
-#: Settings added after runs were recorded, with the values that reproduce those runs.
-LEGACY_VALUES = {
-    "accounting": "every_evaluation",
-    "constraint_queries": "off",
-    "labels_per_round": None,
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +128,7 @@ class GARoundState:
 
     Attributes:
       ga_state: the ``ga.GAState`` after the last generation (its ``generation`` counts them).
-      run_key: the key whose split gives every generation its key (``ga.start``).
+      run_key: the key whose split gives every generation its key (``ga_loop.start``).
       round: rounds done (static; a checkpoint's step).
       stop: why the run stopped early (``""``: it did not).
     """
@@ -144,7 +139,7 @@ class GARoundState:
     stop: str = ""
 
 
-class GeneticAlgorithm:
+class GeneticAlgorithm(RoundOptimizerBase):
     """The paper's GA as a :class:`~llome_jax.runner.RoundOptimizer` over :class:`GARoundState`.
 
     Construction resolves the function (or takes ``objective``, an
@@ -153,36 +148,12 @@ class GeneticAlgorithm:
     """
 
     name = "ga"
-
-    def upgrade_config(self, saved: dict[str, Any]) -> dict[str, Any]:
-        return {**LEGACY_VALUES, **saved}
+    migrations = GA_MIGRATIONS
 
     def __init__(self, cfg: GARunConfig, objective: Objective | None = None) -> None:
-        self.cfg = cfg
-        self.seed = cfg.seed
-        self.custom_objective = objective is not None
-        if objective is None:
-            objective = ehrlich_objective(cfg.function, cfg.instance_seed)
-        elif not isinstance(objective, Objective):
-            raise ValueError(f"objective must be a llome_jax.Objective; got {type(objective)}.")
-        else:
-            objective.validate()
-        self.objective = objective
-        self.x0 = ga.validate_ga_inputs(objective, objective.x0, cfg.ga)
-        self.oracle = Oracle(objective, cfg.accounting, cfg.constraint_queries)
-
-    @property
-    def problem(self) -> str:
-        """What is optimised, for titles: ``cfg.function`` or the objective's name."""
-        return self.objective.name if self.custom_objective else self.cfg.function
-
-    def config_dict(self) -> dict[str, Any]:
-        return objective_config(
-            self.cfg.to_dict(), self.objective if self.custom_objective else None
-        )
-
-    def total_rounds(self) -> int:
-        return self.cfg.rounds
+        checked = self.checked_objective(cfg, objective, check_ehrlich=True)
+        super().__init__(cfg, checked, custom_objective=objective is not None)
+        self.x0 = ga_loop.validate_ga_inputs(checked, checked.x0, cfg.ga)
 
     @property
     def _fn(self) -> Objective:
@@ -192,8 +163,8 @@ class GeneticAlgorithm:
     def _advance(self, state: GARoundState, start: int, stop: int) -> tuple[Any, np.ndarray, Any]:
         """Generations ``start .. stop - 1``: the new ``GAState``, their particles
         int32 ``[(stop - start) n, L]`` in evaluation order, and their values."""
-        keys = ga.generation_keys(state.run_key, start, stop)
-        ga_state, (_, populations, values) = ga.advance(
+        keys = ga_loop.generation_keys(state.run_key, start, stop)
+        ga_state, (_, populations, values) = ga_loop.advance(
             state.ga_state, keys, self._fn, self.cfg.ga, keep_populations=True
         )
         length = self.objective.length
@@ -252,7 +223,7 @@ class GeneticAlgorithm:
         """Round 0: ``n0`` generations from the mutated copies of the start sequence."""
         from llome_jax.runner import round0_key
 
-        ga_state, run_key = ga.start(round0_key(key), self._fn, self.x0, self.cfg.ga)
+        ga_state, run_key = ga_loop.start(round0_key(key), self._fn, self.x0, self.cfg.ga)
         state = GARoundState(ga_state, run_key)
         n0 = self.cfg.initial_generations
         ga_state, particles, values = self._advance(state, 0, n0)
@@ -317,6 +288,8 @@ class GeneticAlgorithm:
                 f"the GA paid {oracle.num_paid - paid_before} of {budget} labels in "
                 f"{MAX_GENERATIONS_PER_ROUND * per_round} generations (it proposes little new)"
             )
+        # the cut generation is not in the GA state: a label of it at the optimum stops the run
+        stop = stop or optimum_stop_reason(cut_best, self.objective.optimal_value)
         length = self.objective.length
         proposals = (
             np.concatenate([c[0] for c in chunks]) if chunks else np.zeros((0, length), np.int32),
@@ -366,12 +339,6 @@ class GeneticAlgorithm:
             f"round {record['round']}: {record['num_evaluations']} labels paid, "
             f"{progress_text(record)}, {record['num_generated']} particles"
         )
-
-    def plot(self, run_dir: Any) -> None:
-        from llome_jax.rundir import plot_options
-
-        # legend and heading come from config.json (RunDirectory.plot_regret), as compare names
-        run_dir.plot_regret(log_x=False, **plot_options(self.objective))
 
 
 def run(

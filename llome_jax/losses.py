@@ -25,42 +25,30 @@ Paper: Chen, Stanton et al., "Generalists vs. Specialists: Evaluating LLMs on Hi
 Biophysical Sequence Optimization Tasks", ICML 2025 ("LLOME"): §3.2 (FReKL/MargE), §3.3 (margin
 reward), appendix "Derivations" and "LLM Training Details / Self-Normalization".
 DPO: Rafailov et al., "Direct Preference Optimization", NeurIPS 2023.
+
+The batch and hyper-parameter pytrees and the margin reward are :mod:`llome_jax.loss_inputs`;
+the registry that names the losses (``LossSpec``, ``register_loss``) is
+:mod:`llome_jax.loss_registry`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from llome_jax.loss_inputs import LossBatch, LossParams
 from llome_jax.types import SeqLogProbs
 
 __all__ = [
-    "DEFAULT_PARAMS",
-    "LINEAR_IN_POLICY",
-    "LOSSES",
-    "LOSS_SPECS",
-    "LossBatch",
     "LossFn",
-    "LossParams",
-    "LossSpec",
-    "default_params",
     "dpo_loss",
-    "get_loss",
     "group_total_weight",
-    "loss_spec",
     "marge_loss",
-    "margin_reward",
-    "register_loss",
     "reinforce_loss",
     "self_normalized_log_weights",
     "sft_loss",
-    "unregister_loss",
     "weighted_mean",
 ]
 
@@ -68,179 +56,8 @@ Metrics = dict[str, jax.Array]
 
 
 # --------------------------------------------------------------------------------------------
-# Batch and hyper-parameter pytrees
+# Shared estimator pieces
 # --------------------------------------------------------------------------------------------
-
-
-@functools.partial(
-    jax.tree_util.register_dataclass,
-    data_fields=["reward", "weight", "group"],
-    meta_fields=[],
-)
-@dataclasses.dataclass(frozen=True)
-class LossBatch:
-    """Per-unit data a loss needs besides the log-probs (one row per sequence, or per DPO pair).
-
-    Attributes:
-      reward: float32 ``[N]``: the reward ``r(x, y)`` (e.g. :func:`margin_reward`); unused by SFT
-        and DPO (kept for metrics).
-      weight: float32 ``[N]``: non-negative example weight; 0 marks padding. The train step's
-        reduction and MargE/REINFORCE's self-normalisation both use it.
-      group: int32 ``[N]``: self-normalisation group id. Importance weights are normalised over
-        all units sharing an id: all zeros = the whole (global) batch, the paper's intent;
-        ``arange(N)`` = groups of one, the authors' code (per-device micro-batch of 1).
-    """
-
-    reward: jax.Array
-    weight: jax.Array
-    group: jax.Array
-
-    @classmethod
-    def create(
-        cls,
-        num_units: int | None = None,
-        *,
-        reward: jax.Array | np.ndarray | None = None,
-        weight: jax.Array | np.ndarray | None = None,
-        group_size: int | None = None,
-    ) -> LossBatch:
-        """Build a batch with checked shapes.
-
-        Args:
-          num_units: N; inferred from ``reward`` or ``weight`` when omitted.
-          reward: ``[N]`` rewards (default 0).
-          weight: ``[N]`` weights (default 1).
-          group_size: self-normalisation group size: ``None`` = one group (the whole batch),
-            ``1`` = reference behaviour, ``g`` = consecutive blocks of ``g`` units (N % g == 0).
-
-        Raises:
-          ValueError: on inconsistent shapes, negative weights or a group size not dividing N.
-        """
-        if num_units is None:
-            source = reward if reward is not None else weight
-            if source is None:
-                raise ValueError("LossBatch.create needs num_units, reward or weight")
-            num_units = int(np.shape(source)[0])
-        n = int(num_units)
-        reward_arr = jnp.zeros((n,), jnp.float32) if reward is None else jnp.asarray(reward)
-        weight_arr = jnp.ones((n,), jnp.float32) if weight is None else jnp.asarray(weight)
-        for name, arr in (("reward", reward_arr), ("weight", weight_arr)):
-            if arr.shape != (n,):
-                raise ValueError(f"{name} must have shape ({n},), got {arr.shape}")
-        if not isinstance(weight_arr, jax.core.Tracer) and bool(jnp.any(weight_arr < 0)):
-            raise ValueError("weights must be non-negative (0 marks padding)")
-        if group_size is None:
-            group = jnp.zeros((n,), jnp.int32)
-        else:
-            if group_size < 1 or n % group_size:
-                raise ValueError(
-                    f"group_size={group_size} must be >= 1 and divide the number of units {n}"
-                )
-            group = jnp.arange(n, dtype=jnp.int32) // group_size
-        return cls(
-            reward=reward_arr.astype(jnp.float32),
-            weight=weight_arr.astype(jnp.float32),
-            group=group,
-        )
-
-
-@functools.partial(
-    jax.tree_util.register_dataclass,
-    data_fields=[
-        "beta",
-        "kl_weight",
-        "target_weight",
-        "self_normalize",
-        "weights_sum_to_one",
-        "stop_weight_gradient",
-        "label_smoothing",
-        "token_mean",
-        "baseline",
-    ],
-    meta_fields=[],
-)
-@dataclasses.dataclass(frozen=True)
-class LossParams:
-    """Numeric hyper-parameters shared by all losses (a pytree: new values never recompile).
-
-    0/1 "switches" are floats and act by exact blending (``s * a + (1 - s) * b``), so they too
-    can be swept or vmapped. Use :func:`default_params` for each loss's paper/reference defaults.
-
-    Attributes:
-      beta: MargE/REINFORCE: rationality ``beta`` of the target ``pi* ∝ exp(beta r)`` (the reward
-        is multiplied by it; the authors' code uses 1). DPO: inverse temperature ``beta`` on the
-        summed log-ratio (reference f2: 0.4).
-      kl_weight: ``lambda``, weight of the reverse KL ``KL(pi_ref || pi_theta)`` term, i.e. of the
-        length-normalised NLL ``-log pi_theta(y|x) / |y|`` (paper and f2 config: 10).
-      target_weight: weight of the data term ``KL(pi_theta || pi*)`` (the authors' ``alpha``, 1).
-      self_normalize: 1 = self-normalise the importance weights within each group (paper
-        "Self-Normalization"; reference default), 0 = raw ratios ``pi_theta / pi_ref``.
-      weights_sum_to_one: how self-normalised weights are scaled (with ``self_normalize = 1``).
-        0 ("mean"): they average 1 over their group, so the batch mean of ``omega c`` is the
-        self-normalised importance-sampling estimate ``sum_j w_j c_j / sum_j w_j``. 1 ("sum"):
-        they sum to 1 over their group, the paper's ``w~`` read literally, so the batch mean of
-        ``w~ c`` is ``(1/B) sum_j w~_j c_j``, ``B`` (the group's total weight) times smaller
-        relative to the lambda term. Groups of one: identical.
-      stop_weight_gradient: 1 = the importance weights carry no gradient (``stop_gradient``),
-        0 = gradients flow through them. MargE needs 0: its data term ``E_pi_theta[log pi - r]``
-        is an expectation under pi_theta, and with detached weights its gradient is exactly zero
-        in expectation (tested). REINFORCE defaults to 1: then its gradient is the off-policy
-        policy gradient ``-E_pi_theta[r grad log pi_theta]``.
-      label_smoothing: DPO conservative label smoothing ``eps`` (0 = standard DPO).
-      token_mean: SFT normalisation. 1 = tokens pooled over the batch (``sum NLL / sum |y|``, the
-        reference's ``SFTTrainer``), 0 = each sequence's own mean ``-log pi(y|x) / |y|``.
-      baseline: REINFORCE reward baseline ``b`` (reward used is ``r - b``; the reference logs a
-        running mean but never subtracts it: 0).
-    """
-
-    beta: jax.Array | float = 1.0
-    kl_weight: jax.Array | float = 10.0
-    target_weight: jax.Array | float = 1.0
-    self_normalize: jax.Array | float = 1.0
-    weights_sum_to_one: jax.Array | float = 0.0
-    stop_weight_gradient: jax.Array | float = 0.0
-    label_smoothing: jax.Array | float = 0.0
-    token_mean: jax.Array | float = 1.0
-    baseline: jax.Array | float = 0.0
-
-    def replace(self, **changes: float) -> LossParams:
-        """``dataclasses.replace`` with a check that the names exist."""
-        return dataclasses.replace(self, **changes)
-
-    def as_arrays(self) -> LossParams:
-        """All fields as float32 scalars (what the jitted step receives)."""
-        return jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), self)
-
-
-# --------------------------------------------------------------------------------------------
-# Shared pieces
-# --------------------------------------------------------------------------------------------
-
-
-def margin_reward(f_x: jax.Array, f_y: jax.Array) -> jax.Array:
-    """The paper's margin reward ``r(x, y) = max(f(y) - f(x), 0)`` (LLOME §3.3, Eq. 3).
-
-    Infeasible values (``-inf``, ``nan``, ``+inf``) count as ``f = 0`` before the difference, as the
-    paper states ("we set f(x)=0 for all infeasible x") and the authors' code does
-    (``get_ehrlich_rewards``). Higher ``f`` is better (Ehrlich convention).
-
-    Args:
-      f_x: ``[...]`` objective value of the prompt ``x``.
-      f_y: ``[...]`` objective value of the response ``y``.
-
-    Returns:
-      float32 ``[...]`` non-negative rewards.
-
-    Example:
-      >>> import jax.numpy as jnp
-      >>> margin_reward(jnp.array([0.25, 0.5, -jnp.inf]), jnp.array([0.75, 0.25, 0.5])).tolist()
-      [0.5, 0.0, 0.5]
-    """
-    f_x = jnp.asarray(f_x, jnp.float32)
-    f_y = jnp.asarray(f_y, jnp.float32)
-    f_x = jnp.where(jnp.isfinite(f_x), f_x, 0.0)
-    f_y = jnp.where(jnp.isfinite(f_y), f_y, 0.0)
-    return jnp.maximum(f_y - f_x, 0.0)
 
 
 def weighted_mean(values: jax.Array, weight: jax.Array) -> jax.Array:
@@ -361,7 +178,7 @@ def sft_loss(
     batch, the reference ``SFTTrainer``) for ``token_mean = 1``, and the mean per-sequence NLL
     ``-mean_i l_i / n_i`` for ``token_mean = 0``. The two coincide when all targets have the same
     length (always, in the f2 pipeline). ``reference`` is ignored. The loss is linear in
-    ``policy.sum_logp`` (see :data:`LINEAR_IN_POLICY`).
+    ``policy.sum_logp`` (see :data:`~llome_jax.loss_registry.LINEAR_IN_POLICY`).
 
     Args:
       policy: ``SeqLogProbs`` ``[B]``.
@@ -419,7 +236,8 @@ def marge_loss(
     Args:
       policy: ``SeqLogProbs`` ``[B]`` under pi_theta (differentiated).
       reference: ``SeqLogProbs`` ``[B]`` under the frozen pi_ref.
-      batch: ``LossBatch`` ``[B]``: ``reward`` (e.g. :func:`margin_reward`), ``weight``, ``group``.
+      batch: ``LossBatch`` ``[B]``: ``reward`` (e.g.
+        :func:`~llome_jax.loss_inputs.margin_reward`), ``weight``, ``group``.
       hparams: ``beta``, ``kl_weight`` (lambda), ``target_weight`` (alpha), ``self_normalize``,
         ``stop_weight_gradient``.
 
@@ -538,161 +356,3 @@ def dpo_loss(
         "logp_rejected": weighted_mean(pol_l, a),
     }
     return loss, metrics
-
-
-# --------------------------------------------------------------------------------------------
-# Registry: one spec per loss, everything else derives from it
-# --------------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class LossSpec:
-    """Everything the rest of the package needs to know about a loss (``register_loss``).
-
-    Attributes:
-      name: the name configs and ``--schedule`` use.
-      fn: the loss function (the signature in the module docstring).
-      params: its default :class:`LossParams` (paper / reference values).
-      data: what a LLOME round trains it on: ``"pairs"`` (PropEn pairs, a unit is a sequence)
-        or ``"triples"`` (preference triples, a unit is a chosen/rejected pair; LLOME's
-        ``dpo_learning_rate``, ``dpo_warmup_steps`` and ``dpo_compute_dtype`` apply).
-      optimizer: the paper's optimizer for it (``train.paper_optimizer``): ``"adamw"`` (AdamW,
-        lr 1e-6, weight decay 0.01) or ``"rmsprop"`` (torch RMSprop, lr 1e-7, 150 warm-up steps).
-      linear_in_policy: the loss is linear in ``policy.sum_logp`` with policy-independent
-        coefficients, so gradient accumulation needs one pass (``train.make_train_step``).
-      uses_reference: it reads the reference log-probs (else a round skips computing them).
-      kl_weighted: ``LoopConfig.kl_weight`` overrides its ``kl_weight`` and ``reward_beta`` its
-        ``beta`` (the KL-regularised reward losses, MargE and REINFORCE).
-      weight_norm: ``LoopConfig.marge_weight_norm`` sets its ``weights_sum_to_one`` (MargE and
-        REINFORCE: the appendix's self-normalised ``w~`` is one definition for both).
-    """
-
-    name: str
-    fn: LossFn
-    params: LossParams
-    data: str = "pairs"
-    optimizer: str = "adamw"
-    linear_in_policy: bool = False
-    uses_reference: bool = True
-    kl_weighted: bool = False
-    weight_norm: bool = False
-
-    def __post_init__(self) -> None:
-        if self.data not in ("pairs", "triples"):
-            raise ValueError(f"LossSpec.data must be 'pairs' or 'triples'; got {self.data!r}")
-        if self.optimizer not in ("adamw", "rmsprop"):
-            raise ValueError(
-                f"LossSpec.optimizer must be 'adamw' or 'rmsprop'; got {self.optimizer!r}"
-            )
-
-
-#: name -> :class:`LossSpec` of every registered loss.
-LOSS_SPECS: dict[str, LossSpec] = {}
-
-
-def register_loss(spec: LossSpec) -> LossSpec:
-    """Add a loss to the registry (then configs, schedules and the CLI accept its name).
-
-    Raises:
-      ValueError: a loss of that name is already registered.
-    """
-    if spec.name in LOSS_SPECS:
-        raise ValueError(f"a loss named {spec.name!r} is already registered")
-    LOSS_SPECS[spec.name] = spec
-    return spec
-
-
-def unregister_loss(name: str) -> None:
-    """Remove a registered loss (tests, interactive experiments)."""
-    LOSS_SPECS.pop(name, None)
-
-
-def loss_spec(name: str) -> LossSpec:
-    """The spec of a registered loss, with a helpful error for unknown names."""
-    try:
-        return LOSS_SPECS[name]
-    except KeyError:
-        raise ValueError(f"unknown loss {name!r}; choose one of {sorted(LOSS_SPECS)}") from None
-
-
-class _View(Mapping[str, Any]):
-    """A live read-only view ``name -> attribute of its spec`` of the registry."""
-
-    def __init__(self, attribute: str) -> None:
-        self._attribute = attribute
-
-    def __getitem__(self, name: str) -> Any:
-        return getattr(LOSS_SPECS[name], self._attribute)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(LOSS_SPECS)
-
-    def __len__(self) -> int:
-        return len(LOSS_SPECS)
-
-
-class _LinearInPolicy:
-    """Live set of the loss functions whose spec says ``linear_in_policy``."""
-
-    def __contains__(self, fn: object) -> bool:
-        return any(s.fn is fn and s.linear_in_policy for s in LOSS_SPECS.values())
-
-    def __iter__(self) -> Iterator[LossFn]:
-        return iter([s.fn for s in LOSS_SPECS.values() if s.linear_in_policy])
-
-
-#: name -> loss function (a view of the registry). A config string selects one.
-LOSSES: Mapping[str, LossFn] = _View("fn")
-
-#: name -> default hyper-parameters (a view of the registry).
-DEFAULT_PARAMS: Mapping[str, LossParams] = _View("params")
-
-#: The loss functions that are linear in ``policy.sum_logp`` (a view of the registry).
-LINEAR_IN_POLICY = _LinearInPolicy()
-
-
-def get_loss(name: str) -> LossFn:
-    """``LOSSES[name]`` with a helpful error for unknown names."""
-    return loss_spec(name).fn
-
-
-def default_params(name: str) -> LossParams:
-    """The default :class:`LossParams` for a registered loss."""
-    return loss_spec(name).params
-
-
-# The paper's losses. Default hyper-parameters: LLOME appendix "LLM Training Details" and the
-# authors' f2 configs (MargE alpha 1 and KL weight 10, DPO beta 0.4); fields a loss does not use
-# stay at the LossParams defaults.
-register_loss(
-    LossSpec(
-        "sft", sft_loss, LossParams(token_mean=1.0), linear_in_policy=True, uses_reference=False
-    )
-)
-register_loss(
-    LossSpec(
-        "dpo",
-        dpo_loss,
-        LossParams(beta=0.4, label_smoothing=0.0),
-        data="triples",
-        optimizer="rmsprop",
-    )
-)
-register_loss(
-    LossSpec(
-        "marge",
-        marge_loss,
-        LossParams(beta=1.0, kl_weight=10.0, self_normalize=1.0, stop_weight_gradient=0.0),
-        kl_weighted=True,
-        weight_norm=True,
-    )
-)
-register_loss(
-    LossSpec(
-        "reinforce",
-        reinforce_loss,
-        LossParams(beta=1.0, kl_weight=10.0, self_normalize=1.0, stop_weight_gradient=1.0),
-        kl_weighted=True,
-        # the same w~ as MargE: "For both MargE and REINFORCE, we applied self-normalization"
-        # (appendix "Self-Normalization"), so ``marge_weight_norm`` sets both
-        weight_norm=True,
-    )
-)

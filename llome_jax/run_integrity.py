@@ -269,7 +269,7 @@ def repair(directory: str | pathlib.Path) -> int | None:
       DamagedRunError: the damage has no safe way out (the message of the check)."""
     import shutil
 
-    from llome_jax.rundir import atomic_write_text
+    from llome_jax.files import atomic_write_text
 
     directory = pathlib.Path(directory)
     try:

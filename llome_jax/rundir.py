@@ -9,8 +9,11 @@ A run directory holds
 * ``rounds.jsonl`` — one JSON object per round with the fields ``ROUND_FIELDS``;
 * ``evaluated.csv`` — every labelled sequence: ``round,sequence,value`` (sequence as a quoted
   comma-separated list, value as a float with ``-inf`` for infeasible);
-* ``regret.png`` — minimum simple regret vs number of oracle evaluations;
+* ``regret.png`` — minimum simple regret vs labels paid (``num_evaluations``), drawn by
+  :func:`llome_jax.plotting.plot_run`;
 * ``checkpoints/`` — orbax checkpoints (written by the optimizer);
+* ``stopped.json`` — why the run ended when the next round could not run at all
+  (:meth:`RunDirectory.log_stop`);
 * ``.lock`` — an empty file that a running process holds an exclusive ``flock`` on
   (``create(..., lock=True)``, as the round driver does), so a second process started on the same
   directory stops with a clear error before it writes anything.
@@ -24,7 +27,9 @@ For an :class:`~llome_jax.objective.Objective` of your own, ``regret(x) = f* - f
 ``optimal_value`` ``f*`` (infeasible sequences count as its ``worst_value``, or are left out of
 ``min_regret``/``mean_regret`` when that is unknown). With no known optimum ``min_regret`` and
 ``mean_regret`` are null and ``best_value`` (``max f`` so far, in every optimizer's records) is
-the progress measure; ``regret.png`` then plots the best value (:func:`plot_options`).
+the progress measure; ``regret.png`` then plots the best value
+(:func:`llome_jax.plotting.plot_options`). Figures are drawn by :mod:`llome_jax.plotting`, what a
+run paid for is read by :mod:`llome_jax.label_audit`.
 """
 
 from __future__ import annotations
@@ -36,29 +41,17 @@ import json
 import math
 import os
 import pathlib
-import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from llome_jax.metrics import frac_unique, mean_hamming_to_nearest, regret, round_metrics
+from llome_jax import files, metrics, run_lock
 
 __all__ = [
     "ROUND_FIELDS",
-    "LabelAudit",
     "NothingToDoError",
     "RunDirectory",
-    "atomic_write_text",
-    "draw_regret_curves",
-    "frac_unique",
-    "label_audit_summary",
-    "mean_hamming_to_nearest",
-    "plot_options",
-    "plot_regret_curves",
-    "read_config",
-    "regret",
-    "round_metrics",
     "sequence_from_string",
     "sequence_to_string",
 ]
@@ -86,49 +79,6 @@ ROUND_FIELDS: tuple[str, ...] = (
 # ---------------------------------------------------------------------------------------------
 # Files
 # ---------------------------------------------------------------------------------------------
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temporary file + rename), with the permissions of
-    an ordinary new file (``0o666`` less the umask; ``tempfile.mkstemp``'s ``0o600`` would
-    make ``config.json`` unreadable to the rest of a group)."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    while True:
-        temporary = path.parent / f".{path.name}.{secrets.token_hex(8)}"
-        try:
-            handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            break
-        except FileExistsError:  # pragma: no cover - 64 random bits
-            continue
-    try:
-        with os.fdopen(handle, "w", newline="") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-
-
-def read_config(path: str | os.PathLike) -> dict[str, Any]:
-    """A run's ``config.json`` (or any JSON object file) as a dict.
-
-    Raises:
-      FileNotFoundError: no such file. ValueError: unreadable, not JSON, or not a JSON object;
-        the message names the file.
-    """
-    path = pathlib.Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(
-            f"{path} is not readable JSON ({error}); restore it or start a new run"
-        ) from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} holds a JSON {type(data).__name__}, not a run configuration")
-    return data
-
-
 def sequence_to_string(sequence: Iterable[int]) -> str:
     """``[3, 1, 0]`` -> ``"3,1,0"``."""
     return ",".join(str(int(token)) for token in sequence)
@@ -163,88 +113,9 @@ def _json_float(value: Any) -> Any:
     return value
 
 
-@dataclasses.dataclass(frozen=True)
-class LabelAudit:
-    """What a run directory says its optimizer paid for (the information contract, BUILD.md §3.5).
-
-    Attributes:
-      labels: rows of ``evaluated.csv`` (every label the run recorded, round 0 included).
-      distinct: distinct sequences among them.
-      num_evaluations: the last round record's ``num_evaluations`` (labels paid); ``None``
-        without a record.
-      constraint_queries: the last record's ``cum_constraint_queries`` (``is_feasible`` asked of
-        unlabelled sequences); ``None`` for a run recorded before it was counted.
-    """
-
-    labels: int
-    distinct: int
-    num_evaluations: int | None
-    constraint_queries: int | None
-
-    @property
-    def pays_once(self) -> bool:
-        """Each label paid once: ``labels == distinct == num_evaluations`` (no sequence recorded
-        twice, and every paid label recorded)."""
-        return self.labels == self.distinct == self.num_evaluations
-
-
-def label_audit_summary(audits: Mapping[str, LabelAudit | None]) -> str:
-    """One sentence on runs' :class:`LabelAudit` (keyed by run name; ``None``: no
-    ``evaluated.csv``): how many pay each label once, which do not, and the constraint queries on
-    unlabelled sequences they report."""
-    checked = {name: audit for name, audit in audits.items() if audit is not None}
-    if not checked:
-        return "no run has an `evaluated.csv`"
-    failing = sorted(name for name, audit in checked.items() if not audit.pays_once)
-    queries = [a.constraint_queries for a in checked.values() if a.constraint_queries is not None]
-    if queries:
-        counting = (
-            f"{len(queries)} runs that count them"
-            if len(queries) > 1
-            else "the run that counts them"
-        )
-        asked = f"; constraint queries on unlabelled sequences: {sum(queries):,} in {counting}"
-    else:
-        asked = "; constraint queries not counted (runs recorded before they were)"
-    unread = len(audits) - len(checked)
-    return (
-        f"{len(checked) - len(failing)} of {len(checked)} runs pay each label once (no sequence "
-        "twice in `evaluated.csv`, `num_evaluations` = its rows)"
-        + (f"; not: {', '.join(failing)}" if failing else "")
-        + asked
-        + (f"; {unread} without `evaluated.csv`" if unread else "")
-    )
-
-
-class RunDirectoryInUseError(RuntimeError):
-    """Another process holds the run directory's lock (it is running or resuming that run)."""
-
-
 class NothingToDoError(ValueError):
     """A resume asked for fewer rounds than the run directory already holds: nothing is run and
     nothing is written (the command line reports it and exits 0)."""
-
-
-def _acquire_lock(directory: pathlib.Path) -> Any:
-    """An open file on ``directory/.lock`` with an exclusive, non-blocking ``flock`` on it.
-
-    Raises:
-      RunDirectoryInUseError: when another open file (another process) holds the lock.
-    """
-    try:
-        import fcntl
-    except ImportError:  # no flock on this platform: no protection, as before
-        return None
-    handle = open(directory / RunDirectory.LOCK, "a")  # held open for the run
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.close()
-        raise RunDirectoryInUseError(
-            f"{directory} is in use: another process is running or resuming this run (it holds "
-            f"{directory / RunDirectory.LOCK}). Wait for it to finish or stop it, then --resume."
-        ) from None
-    return handle
 
 
 def _short(digest: Any) -> str:
@@ -322,7 +193,7 @@ class RunDirectory:
     ROUNDS = "rounds.jsonl"
     EVALUATED = "evaluated.csv"
     REGRET_PLOT = "regret.png"
-    LOCK = ".lock"
+    LOCK = run_lock.LOCK
     #: keys that pin the function a run optimises (``objective.objective_config``). A run made
     #: before they were recorded lacks them: its resume adopts the current value (not recorded
     #: then, so not comparable) and records it from then on.
@@ -341,7 +212,6 @@ class RunDirectory:
         *,
         resume: bool = False,
         mutable_keys: Sequence[str] = ("rounds", "generations", "resume", "out"),
-        legacy_values: Mapping[str, Any] | None = None,
         upgrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         lock: bool = False,
         audit: bool = False,
@@ -356,12 +226,10 @@ class RunDirectory:
             another caller wrote (the paper driver's ``method``) and is kept, unless it pins the
             function or objective. A new run refuses a non-empty directory.
           mutable_keys: keys that may differ on resume.
-          legacy_values: settings added after a run directory may have been made, with the value
-            that reproduces the behaviour from before the setting existed. A key missing from the
-            saved ``config.json`` matches when ``config`` holds exactly that value (so old runs
-            resume with their old behaviour, and refuse a new one).
           upgrade: turns a saved ``config.json`` written by an earlier version into today's form
-            (after ``legacy_values``), before the comparison.
+            before the comparison (a plug-in's ``upgrade_config``: its migrations,
+            :mod:`llome_jax.migrations`), so that a run made before a setting existed resumes
+            with the value that reproduces its behaviour and refuses another one.
           lock: hold an exclusive lock on the directory until :meth:`release` (taken before the
             checks when the directory exists, so that a second process starting the same run
             is told it is in use; otherwise once it is made, before ``config.json`` is written).
@@ -390,30 +258,28 @@ class RunDirectory:
             raise ValueError(f"{directory} is a file, not a run directory; choose another --out.")
         # the lock first, so that of two processes starting the same run at once one is told the
         # directory is in use (RunDirectoryInUseError), never that it "already holds a run"
-        handle = _acquire_lock(directory) if lock and directory.is_dir() else None
+        handle = run_lock.acquire_lock(directory) if lock and directory.is_dir() else None
         try:
             config = _normalise(dict(config))
             if audit and resume and (directory / cls.CONFIG).is_file():
                 from llome_jax.run_integrity import audit_for_resume
 
-                read_config(directory / cls.CONFIG)  # an unreadable one is named first
+                files.read_config(directory / cls.CONFIG)  # an unreadable one is named first
                 audit_for_resume(directory)  # damage refused before anything is written
-            config = cls._checked_config(
-                directory, config, resume, mutable_keys, upgrade, legacy_values
-            )
+            config = cls._checked_config(directory, config, resume, mutable_keys, upgrade)
         except BaseException:
             if handle is not None:
                 handle.close()
             raise
         directory.mkdir(parents=True, exist_ok=True)
         if lock and handle is None:
-            handle = _acquire_lock(directory)
+            handle = run_lock.acquire_lock(directory)
             if (directory / cls.CONFIG).exists() and not resume:  # created meanwhile
                 handle.close()
-                raise RunDirectoryInUseError(
+                raise run_lock.RunDirectoryInUseError(
                     f"{directory} was just started by another process; it is left to that one."
                 )
-        atomic_write_text(
+        files.atomic_write_text(
             directory / cls.CONFIG, json.dumps(config, indent=1, sort_keys=True) + "\n"
         )
         return cls(directory, handle)
@@ -426,7 +292,6 @@ class RunDirectory:
         resume: bool,
         mutable_keys: Sequence[str],
         upgrade: Any,
-        legacy_values: Mapping[str, Any] | None,
     ) -> dict[str, Any]:
         """The configuration :meth:`create` writes, after its checks (its docstring)."""
         config_path = directory / cls.CONFIG
@@ -435,7 +300,7 @@ class RunDirectory:
                 raise ValueError(
                     f"cannot resume: {config_path} does not exist (start without --resume)."
                 )
-            saved = read_config(config_path)
+            saved = files.read_config(config_path)
             for key in cls.PINNING_KEYS:
                 if key not in saved and key in config:
                     saved[key] = config[key]
@@ -444,8 +309,6 @@ class RunDirectory:
                 for key in cls.APPENDED_KEYS
                 if isinstance(config.get(key), list) and isinstance(saved.get(key, []), list)
             }
-            for key, value in _normalise(dict(legacy_values or {})).items():
-                saved.setdefault(key, value)
             if upgrade is not None:
                 saved = _normalise(upgrade(saved))
             # a key only the saved file has is a record another caller wrote beside the settings
@@ -499,8 +362,9 @@ class RunDirectory:
         return self.path / self.EVALUATED
 
     def config(self) -> dict[str, Any]:
-        """``config.json`` (:func:`read_config`: a clear error naming the file if unreadable)."""
-        return read_config(self.path / self.CONFIG)
+        """``config.json`` (:func:`~llome_jax.files.read_config`: a clear error naming the file
+        if unreadable)."""
+        return files.read_config(self.path / self.CONFIG)
 
     # ------------------------------------------------------------------ logging
     def log_evaluated(self, round_index: int, sequences: Any, values: Any) -> None:
@@ -540,7 +404,7 @@ class RunDirectory:
         say it: ``stopped.json`` = ``{"after_round", "stop_reason"}``. (A stop decided in a round,
         such as the optimum found, is that round's record's ``stop_reason``.)"""
         text = json.dumps({"after_round": int(after_round), "stop_reason": reason}, indent=1)
-        atomic_write_text(self.stopped_path, text + "\n")
+        files.atomic_write_text(self.stopped_path, text + "\n")
 
     def stopped(self) -> dict[str, Any] | None:
         """``stopped.json``, or ``None``."""
@@ -565,14 +429,14 @@ class RunDirectory:
             self.stopped_path.unlink()
         if self.rounds_path.exists():
             kept = [r for r in self.rounds() if r["round"] <= to_round]
-            atomic_write_text(self.rounds_path, "".join(json.dumps(r) + "\n" for r in kept))
+            files.atomic_write_text(self.rounds_path, "".join(json.dumps(r) + "\n" for r in kept))
         if self.evaluated_path.exists():
             with open(self.evaluated_path, newline="") as stream:
                 rows = list(csv.reader(stream))
             header, body = rows[0], [r for r in rows[1:] if int(r[0]) <= to_round]
             text = io.StringIO(newline="")
             csv.writer(text).writerows([header, *body])
-            atomic_write_text(self.evaluated_path, text.getvalue())
+            files.atomic_write_text(self.evaluated_path, text.getvalue())
 
     # ------------------------------------------------------------------ reading
     def rounds(self) -> list[dict[str, Any]]:
@@ -608,30 +472,7 @@ class RunDirectory:
             raise
         return rounds, sequences, values
 
-    def label_audit(self) -> LabelAudit | None:
-        """The run's :class:`LabelAudit` (from ``evaluated.csv`` and the last ``rounds.jsonl``
-        record); ``None`` when it has no ``evaluated.csv``. Sequences are compared as written."""
-        if not self.evaluated_path.exists():
-            return None
-        with open(self.evaluated_path, newline="") as stream:
-            rows = csv.reader(stream)
-            next(rows, None)  # the header
-            sequences = [row[1] for row in rows]
-        records = self.rounds()
-        last = records[-1] if records else {}
-
-        def count(key: str) -> int | None:
-            value = last.get(key)
-            return None if value is None else int(value)
-
-        return LabelAudit(
-            labels=len(sequences),
-            distinct=len(set(sequences)),
-            num_evaluations=count("num_evaluations"),
-            constraint_queries=count("cum_constraint_queries"),
-        )
-
-    # ------------------------------------------------------------------ plots
+    # ------------------------------------------------------------------ curves
     def regret_curve(self, metric: str = "min_regret") -> tuple[np.ndarray, np.ndarray]:
         """``(evaluations, min_regret)`` float arrays for plotting (``metric="best_value"``:
         ``(evaluations, best value so far)``).
@@ -658,7 +499,7 @@ class RunDirectory:
         if metric == "best_value":
             curve = np.maximum.accumulate(values) if values.size else np.zeros(0)
         else:
-            curve = np.minimum.accumulate(regret(values)) if values.size else np.zeros(0)
+            curve = np.minimum.accumulate(metrics.regret(values)) if values.size else np.zeros(0)
         return np.arange(1, values.size + 1, dtype=float), curve
 
     def label_steps(
@@ -718,133 +559,3 @@ class RunDirectory:
             y.append(float(record[metric]))
             previous = float(record[metric])
         return np.asarray(x), np.asarray(y)
-
-    def plot_regret(
-        self,
-        label: str | None = None,
-        title: str | None = None,
-        *,
-        log_x: bool = True,
-        metric: str = "min_regret",
-        ylim: tuple[float, float] | None = (-0.02, 1.02),
-    ) -> pathlib.Path:
-        """Write ``regret.png``: :meth:`regret_curve` (min simple regret, or with
-        ``metric="best_value"`` the best value, vs evaluations; ``ylim=None``: automatic).
-
-        Legend and heading come from ``config.json`` whenever it names the optimizer, so every
-        optimizer's plot reads alike and matches ``llome-jax compare``: the legend is the method
-        as compare names it (``compare.method_label``, e.g. ``LLOME-MargE``), the heading
-        ``"<method> on <problem>, run seed <s>"`` with the problem's instance seed where it has
-        one. ``label`` and ``title`` serve a directory whose ``config.json`` names no optimizer.
-        """
-        config = self.config() if (self.path / self.CONFIG).is_file() else {}
-        name, heading = label or "run", title or str(self.path.name)
-        if config.get("optimizer"):
-            from llome_jax.compare import method_label, problem_text
-
-            name = method_label(config)
-            heading = f"{name} on {problem_text(config)}"
-            if config.get("seed") is not None:
-                heading += f", run seed {config['seed']}"
-        target = self.path / self.REGRET_PLOT
-        plot_regret_curves(
-            {name: [self.regret_curve(metric)]},
-            target,
-            title=heading,
-            log_x=log_x,
-            ylabel="min simple regret" if metric == "min_regret" else "best value",
-            ylim=ylim,
-            unit=None,
-        )
-        return target
-
-
-def plot_options(objective: Any) -> dict[str, Any]:
-    """``RunDirectory.plot_regret`` keywords for an :class:`~llome_jax.objective.Objective`: none
-    for an Ehrlich function (regret in ``[0, 1]``), automatic y limits for another known
-    optimum, and the best value instead of the regret when the optimum is unknown."""
-    if objective is None or getattr(objective, "is_ehrlich", False):
-        return {}
-    if objective.optimal_value is None:
-        return {"metric": "best_value", "ylim": None}
-    return {"ylim": None}
-
-
-def draw_regret_curves(
-    axis: Any, curves: Mapping[str, Sequence[tuple[Any, Any]]], *, unit: str | None = "run"
-) -> None:
-    """Draw median and spread (min-max and interquartile bands) over seeds on a matplotlib axis.
-
-    Args:
-      axis: a matplotlib ``Axes``.
-      curves: method name -> list of ``(evaluations [T], min_regret [T])`` per seed; seeds may have
-        different lengths (each curve is a step function that ends where its run ended; the
-        median is drawn while at least half of the seeds are still running).
-      unit: what one curve is, for the legend (``"GA, 3 runs"``; ``"seed"``: ``"GA, 3 seeds"``);
-        ``None``: the name alone (a plot of one run).
-    """
-    import warnings
-
-    for name, runs in curves.items():
-        runs = [(np.asarray(x, float), np.asarray(y, float)) for x, y in runs if len(x)]
-        if not runs:
-            continue
-        grid = np.unique(np.concatenate([x for x, _ in runs]))
-        stacked = np.full((len(runs), len(grid)), np.nan)
-        for i, (x, y) in enumerate(runs):
-            index = np.searchsorted(x, grid, side="right") - 1
-            valid = (index >= 0) & (grid <= x[-1])
-            stacked[i, valid] = y[index[valid]]
-        alive = np.sum(~np.isnan(stacked), axis=0) >= max(1, (len(runs) + 1) // 2)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            median = np.nanmedian(stacked, axis=0)
-            low, high = np.nanmin(stacked, axis=0), np.nanmax(stacked, axis=0)
-            q25, q75 = np.nanpercentile(stacked, [25, 75], axis=0)
-        count = "" if unit is None else f", {len(runs)} {unit}{'' if len(runs) == 1 else 's'}"
-        (line,) = axis.step(grid[alive], median[alive], where="post", label=f"{name}{count}")
-        if len(runs) > 1:
-            color = line.get_color()
-            axis.fill_between(
-                grid[alive], low[alive], high[alive], step="post", alpha=0.12, color=color
-            )
-            axis.fill_between(
-                grid[alive], q25[alive], q75[alive], step="post", alpha=0.25, color=color
-            )
-
-
-def plot_regret_curves(
-    curves: Mapping[str, Sequence[tuple[Any, Any]]],
-    path: str | os.PathLike,
-    *,
-    title: str = "",
-    ylabel: str = "min simple regret",
-    xlabel: str = "labels paid",
-    log_x: bool = True,
-    ylim: tuple[float, float] | None = (-0.02, 1.02),
-    unit: str | None = "run",
-) -> pathlib.Path:
-    """One regret-vs-evaluations figure (see :func:`draw_regret_curves`, ``unit`` included)
-    saved as a PNG (``ylim=None``: automatic y limits)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(6.4, 4.2), dpi=120)
-    draw_regret_curves(axis, curves, unit=unit)
-    if log_x:
-        axis.set_xscale("log")
-    axis.set_xlabel(xlabel)
-    axis.set_ylabel(ylabel)
-    if ylim is not None:
-        axis.set_ylim(*ylim)
-    axis.grid(alpha=0.3)
-    axis.set_title(title)
-    axis.legend(loc="best", fontsize=8)
-    figure.tight_layout()
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
-    plt.close(figure)
-    return path

@@ -65,7 +65,7 @@ class RoundResult:
     Attributes:
       sequences: int ``[m, L]`` the sequences labelled this round (``evaluated.csv``).
       values: float ``[m]`` their values (``-inf`` infeasible).
-      record: the ``rounds.jsonl`` record (``rundir.round_metrics`` fields and the optimizer's
+      record: the ``rounds.jsonl`` record (``metrics.round_metrics`` fields and the optimizer's
         own); the driver sets ``seconds``.
     """
 
@@ -256,7 +256,7 @@ def run(
         directory that holds one; nothing is written then.
       rundir.NothingToDoError: ``resume`` with fewer rounds than the directory already holds;
         nothing is written (``config.json`` keeps the largest target ever asked for).
-      rundir.RunDirectoryInUseError: another process is running in ``out`` (it holds the directory's
+      run_lock.RunDirectoryInUseError: another process is running in ``out`` (it holds the directory's
         lock); nothing is written then.
     """
     from llome_jax.provenance import provenance
@@ -275,9 +275,9 @@ def run(
     config["provenance"] = [provenance()]
     if repair and resume and pathlib.Path(out, "config.json").is_file():
         from llome_jax.run_integrity import repair as roll_back
-        from llome_jax.rundir import _acquire_lock
+        from llome_jax.run_lock import acquire_lock
 
-        handle = _acquire_lock(pathlib.Path(out))  # nobody else writes while it is cut
+        handle = acquire_lock(pathlib.Path(out))  # nobody else writes while it is cut
         try:
             step = roll_back(out)
         finally:

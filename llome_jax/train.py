@@ -1,4 +1,4 @@
-"""The jitted, donating, data-parallel train step shared by every loss, plus the paper's optimizers.
+"""The jitted, donating, data-parallel train step shared by every loss.
 
 Model contract: an NNX module called as
 ``model(input_ids [B, T], attention_mask=None, position_ids=None) -> logits [B, T, V]``
@@ -16,11 +16,11 @@ Pipeline of one step (:func:`make_train_step`)::
     loss   = weighted_mean(loss_fn(policy, batch.reference, batch.loss, hparams))
     grads  = d loss / d params   (exact, also with gradient accumulation; see below)
     grads  = clip to global norm (torch ``clip_grad_norm_`` formula)
-    params, opt_state = optimizer.update(...)
+    params, opt_state = optimizer.update(...)   # llome_jax.train_optimizer
 
-Reference log-probs are *data*: computed once per round by :func:`compute_logprobs` with the frozen
-round-start parameters and stored in :class:`TrainBatch` (the authors' code recomputed them every
-step: ``precompute_ref_log_probs=False``).
+Reference log-probs are *data*: computed once per round with the frozen round-start parameters
+(``llome_jax.dataset_logprobs.compute_logprobs``) and stored in :class:`TrainBatch` (the
+authors' code recomputed them every step: ``precompute_ref_log_probs=False``).
 
 Gradient accumulation is **exact**: MargE/REINFORCE normalise importance weights over the whole
 batch and DPO pairs rows, so the loss does not split into independent micro-batch losses. With
@@ -29,7 +29,7 @@ batch and DPO pairs rows, so the loss does not split into independent micro-batc
 (cheap, ``[B]``), and (3) back-propagates these per-sequence cotangents through each micro-batch
 with ``jax.vjp``. Cost: one extra forward pass (~ +30 %) in exchange for a gradient equal to the
 full-batch one. Losses linear in the policy log-probs (SFT) skip step (1)
-(``losses.LINEAR_IN_POLICY``).
+(``loss_registry.LINEAR_IN_POLICY``).
 """
 
 from __future__ import annotations
@@ -56,29 +56,28 @@ from llome_jax.lm.logprobs import (
     window_logprobs,
 )
 from llome_jax.lm.logprobs import target_window as auto_target_window
-from llome_jax.losses import (
-    LINEAR_IN_POLICY,
-    LossBatch,
-    LossFn,
-    LossParams,
-    loss_spec,
-    weighted_mean,
+from llome_jax.loss_inputs import LossBatch, LossParams
+from llome_jax.loss_registry import LINEAR_IN_POLICY
+from llome_jax.losses import LossFn, weighted_mean
+from llome_jax.train_optimizer import (
+    OptimizerConfig,
+    make_optimizer,
+    optimizer_with_schedule,
+    schedule_from_values,
+    without_schedule,
 )
 from llome_jax.types import SeqLogProbs
 
 __all__ = [
-    "OptimizerConfig",
     "TrainBatch",
     "TrainState",
     "TrainStep",
+    "checked_target_window",
     "clip_by_global_norm",
-    "compute_logprobs",
+    "forward_logprobs",
     "init_train_state",
-    "learning_rate_schedule",
     "make_eval_step",
-    "make_optimizer",
     "make_train_step",
-    "paper_optimizer",
     "position_ids_from_mask",
     "split_params",
 ]
@@ -177,7 +176,7 @@ class TrainBatch:
                 f"rows {empty[:10].tolist()} have no target tokens after position 0 but positive "
                 "weight: check the prompt/target boundary (or give padding rows weight 0)"
             )
-        window = _checked_window(target_window, tmask)
+        window = checked_target_window(target_window, tmask)
         return cls(
             input_ids=jnp.asarray(ids, jnp.int32),
             attention_mask=jnp.asarray(amask, jnp.int32),
@@ -188,8 +187,14 @@ class TrainBatch:
         )
 
 
-def _checked_window(target_window: int | str | None, target_mask: np.ndarray) -> int | None:
-    """Resolve ``"auto"`` and check that an explicit window holds every row's targets."""
+def checked_target_window(target_window: int | str | None, target_mask: np.ndarray) -> int | None:
+    """Resolve ``"auto"`` and check that an explicit window holds every row's targets
+    (``TrainBatch.create``, ``dataset_logprobs.compute_logprobs``).
+
+    Raises:
+      ValueError: a window that is not ``"auto"``, an int or ``None``, or outside
+        ``[most targets of a row, T - 1]``.
+    """
     if target_window == "auto":
         return auto_target_window(target_mask)
     if target_window is None:
@@ -231,138 +236,6 @@ class TrainState:
 
 
 # --------------------------------------------------------------------------------------------
-# Optimizers (LLOME appendix "LLM Training Details"; the authors' HF Trainer setup;
-# docs/design/losses.md)
-# --------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class OptimizerConfig:
-    """Optimizer hyper-parameters (static; the LR schedule needs ``total_steps``).
-
-    Attributes:
-      name: ``"adamw"`` (torch ``AdamW`` semantics) or ``"rmsprop"`` (torch ``RMSprop``: smoothing
-        ``alpha``, ``eps`` added outside the square root, no momentum, no centring).
-      learning_rate: peak learning rate.
-      total_steps: number of optimizer steps in the phase (for the linear decay).
-      warmup_steps: linear warm-up steps from 0 (HF ``get_linear_schedule_with_warmup``).
-      schedule: ``"linear"`` (decay to 0 at ``total_steps``, as HF) or ``"constant"``.
-      weight_decay: AdamW decoupled decay (torch ``p *= 1 - lr * wd``) / RMSprop L2 (torch adds
-        ``wd * p`` to the gradient). Applied only to parameters with ``ndim >= 2`` (kernels,
-        embeddings), not to biases and LayerNorm scales, as the HF ``Trainer`` does.
-      b1, b2, eps: AdamW moments and epsilon (torch defaults 0.9, 0.999, 1e-8).
-      rms_decay: RMSprop ``alpha`` (torch default 0.99; optax's default ``decay`` is 0.9).
-      rms_eps: RMSprop epsilon (torch 1e-8, outside the sqrt; optax's default is inside).
-    """
-
-    name: str = "adamw"
-    learning_rate: float = 1e-6
-    total_steps: int = 1000
-    warmup_steps: int = 0
-    schedule: str = "linear"
-    weight_decay: float = 0.01
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-8
-    rms_decay: float = 0.99
-    rms_eps: float = 1e-8
-
-    def __post_init__(self) -> None:
-        if self.name not in ("adamw", "rmsprop"):
-            raise ValueError(f"optimizer name must be 'adamw' or 'rmsprop', got {self.name!r}")
-        if self.schedule not in ("linear", "constant"):
-            raise ValueError(f"schedule must be 'linear' or 'constant', got {self.schedule!r}")
-        if self.total_steps < 1 or self.warmup_steps < 0:
-            raise ValueError("total_steps must be >= 1 and warmup_steps >= 0")
-        if self.learning_rate < 0 or self.weight_decay < 0:
-            raise ValueError("learning_rate and weight_decay must be non-negative")
-
-
-#: ``LossSpec.optimizer`` -> the paper's settings of that optimizer family.
-_PAPER_OPTIMIZERS: dict[str, OptimizerConfig] = {
-    "adamw": OptimizerConfig(name="adamw", learning_rate=1e-6, weight_decay=0.01),
-    "rmsprop": OptimizerConfig(
-        name="rmsprop", learning_rate=1e-7, warmup_steps=150, weight_decay=0.0
-    ),
-}
-
-
-def paper_optimizer(loss_name: str, total_steps: int, **overrides: Any) -> OptimizerConfig:
-    """The optimizer the paper/reference used for a loss, for a phase of ``total_steps`` steps.
-
-    The loss's ``LossSpec.optimizer`` picks the family:
-
-    * ``"adamw"`` (SFT, MargE, REINFORCE): AdamW(0.9, 0.999, eps 1e-8, weight decay 0.01 as the
-      paper states; the authors' HF default was 0: pass ``weight_decay=0.0`` to match it), lr
-      1e-6, linear decay to 0, no warm-up.
-    * ``"rmsprop"`` (DPO): RMSprop(alpha 0.99, eps 1e-8, no momentum, no weight decay), lr 1e-7,
-      linear decay with 150 warm-up steps (the authors' DPO configuration).
-    """
-    family = loss_spec(loss_name).optimizer  # ValueError for an unknown loss
-    base = _PAPER_OPTIMIZERS[family]
-    return dataclasses.replace(base, total_steps=total_steps, **overrides)
-
-
-def learning_rate_schedule(config: OptimizerConfig) -> optax.Schedule:
-    """HF ``get_linear_schedule_with_warmup``: ``lr * s / W`` for ``s < W``, then
-    ``lr * max(0, (T - s) / max(1, T - W))`` (or constant after warm-up)."""
-    return _schedule(config, config.learning_rate, config.warmup_steps, config.total_steps)
-
-
-def _schedule(config: OptimizerConfig, peak: Any, warmup: Any, total: Any) -> optax.Schedule:
-    """:func:`learning_rate_schedule` with ``lr``, ``W`` and ``T`` given apart from ``config``:
-    Python numbers, or traced scalars (the train step's run-time schedule values). The same
-    operations on the same dtypes either way, but inside ``jit`` XLA rewrites a division by a
-    constant as a multiplication by its reciprocal, so only the traced form is the float32
-    formula exactly (``x / c`` compiled in can be 1 ulp off)."""
-    linear = config.schedule == "linear"
-
-    def schedule(count: jax.Array) -> jax.Array:
-        s = jnp.asarray(count, float)  # float64 under x64 (exact comparisons in tests)
-        warm = s / jnp.maximum(1, warmup)
-        decay = jnp.maximum(0.0, (total - s) / jnp.maximum(1, total - warmup)) if linear else 1.0
-        return peak * jnp.where(s < warmup, warm, decay)
-
-    return schedule
-
-
-def _decay_mask(params: Params) -> Any:
-    return jax.tree.map(lambda x: jnp.ndim(x) >= 2, params)
-
-
-def make_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
-    """Build the optax transformation (gradient clipping lives in the train step)."""
-    return _optimizer(config, learning_rate_schedule(config))
-
-
-def _optimizer(config: OptimizerConfig, schedule: optax.Schedule) -> optax.GradientTransformation:
-    if config.name == "adamw":
-        return optax.adamw(
-            schedule,
-            b1=config.b1,
-            b2=config.b2,
-            eps=config.eps,
-            weight_decay=config.weight_decay,
-            mask=_decay_mask,
-        )
-    parts = []
-    if config.weight_decay:
-        parts.append(optax.add_decayed_weights(config.weight_decay, mask=_decay_mask))
-    parts.append(
-        optax.rmsprop(
-            schedule, decay=config.rms_decay, eps=config.rms_eps, eps_in_sqrt=False, momentum=None
-        )
-    )
-    return optax.chain(*parts)
-
-
-def _schedule_free(config: OptimizerConfig) -> OptimizerConfig:
-    """``config`` without its schedule values (``lr``, ``W``, ``T``): what a compiled step that
-    takes them at run time depends on."""
-    return dataclasses.replace(config, learning_rate=0.0, warmup_steps=0, total_steps=1)
-
-
-# --------------------------------------------------------------------------------------------
 # Model plumbing
 # --------------------------------------------------------------------------------------------
 
@@ -378,7 +251,7 @@ def position_ids_from_mask(attention_mask: jax.Array) -> jax.Array:
     return jnp.maximum(jnp.cumsum(attention_mask, axis=-1) - 1, 0).astype(jnp.int32)
 
 
-def _forward_logprobs(
+def forward_logprobs(
     graphdef: nnx.GraphDef,
     params: Params,
     rest: nnx.State,
@@ -387,6 +260,10 @@ def _forward_logprobs(
     target_mask: jax.Array,
     window: int | None = None,
 ) -> SeqLogProbs:
+    """Sequence log-probs ``[B]`` of the model ``merge(graphdef, params, rest)`` on int32
+    ``[B, T]`` tokens and 0/1 masks: every position's logits (``window=None``), or the output head
+    at the ``W = window`` target positions only (``llome_jax.lm.logprobs.target_positions``).
+    The forward pass of the train and eval steps and of ``dataset_logprobs.compute_logprobs``."""
     model = nnx.merge(graphdef, params, rest)
     position_ids = position_ids_from_mask(attention_mask)
     if window is None:
@@ -509,7 +386,7 @@ def make_train_step(
     mesh: Mesh | None = None,
     donate: bool = True,
 ) -> TrainStep:
-    """Build the jitted train step for one loss (any entry of ``losses.LOSSES``).
+    """Build the jitted train step for one loss (any entry of ``loss_registry.LOSSES``).
 
     The compiled program depends only on the structure: two calls with equal arguments (the
     same loss function and optax transformation, an equal model graph, mesh and settings) share
@@ -546,7 +423,7 @@ def make_train_step(
             int(optimizer.warmup_steps),
             int(optimizer.total_steps),
         )
-        optimizer = _schedule_free(optimizer)
+        optimizer = without_schedule(optimizer)
     jitted = _jitted_train_step(
         loss_fn, graphdef, optimizer, num_microbatches, max_grad_norm, mesh, donate
     )
@@ -573,7 +450,7 @@ def _jitted_train_step(
     model's graph, never its parameters). ``optimizer``: a transformation, or a schedule-free
     :class:`OptimizerConfig` whose schedule values come as the last three arguments."""
     linear = loss_fn in LINEAR_IN_POLICY
-    forward = functools.partial(_forward_logprobs, graphdef)
+    forward = functools.partial(forward_logprobs, graphdef)
 
     def constrain(x: jax.Array, spec: P) -> jax.Array:
         if mesh is None:
@@ -641,7 +518,7 @@ def _jitted_train_step(
         state: TrainState, batch: TrainBatch, hparams: LossParams, rest: nnx.State, *schedule: Any
     ) -> tuple[TrainState, dict[str, jax.Array]]:
         if isinstance(optimizer, OptimizerConfig):
-            tx = _optimizer(optimizer, _schedule(optimizer, *schedule))
+            tx = optimizer_with_schedule(optimizer, schedule_from_values(optimizer, *schedule))
         else:
             tx = optimizer
         loss, metrics, grads = gradients(state.params, batch, hparams, rest)
@@ -698,7 +575,7 @@ def _jitted_eval_step(
     loss_fn: LossFn, graphdef: nnx.GraphDef, num_microbatches: int, mesh: Mesh | None
 ) -> Callable[..., dict[str, jax.Array]]:
     """The ``jax.jit`` function of :func:`make_eval_step`, one per structure."""
-    forward = functools.partial(_forward_logprobs, graphdef)
+    forward = functools.partial(forward_logprobs, graphdef)
 
     def evaluate(
         params: Params, batch: TrainBatch, hparams: LossParams, rest: nnx.State
@@ -717,83 +594,3 @@ def _jitted_eval_step(
         jit_kwargs["in_shardings"] = (repl, parallel.batch_sharding(mesh), repl, repl)
         jit_kwargs["out_shardings"] = repl
     return jax.jit(evaluate, **jit_kwargs)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 6))
-def _jitted_logprobs(
-    graphdef: nnx.GraphDef,
-    params: Params,
-    rest: nnx.State,
-    input_ids: jax.Array,
-    attention_mask: jax.Array,
-    target_mask: jax.Array,
-    window: int | None,
-) -> SeqLogProbs:
-    return _forward_logprobs(graphdef, params, rest, input_ids, attention_mask, target_mask, window)
-
-
-def compute_logprobs(
-    model: nnx.Module,
-    params: Params | None,
-    input_ids: Any,
-    target_mask: Any,
-    attention_mask: Any = None,
-    *,
-    batch_size: int = 32,
-    mesh: Mesh | None = None,
-    progress: bool = False,
-    target_window: int | str | None = "auto",
-) -> SeqLogProbs:
-    """Sequence log-probs of a whole dataset under fixed parameters (e.g. the round's reference).
-
-    Run once per round with the frozen round-start parameters; store the result in each
-    :class:`TrainBatch` (``reference=``). Chunks of ``batch_size`` rows go through one compiled
-    forward pass (the last chunk is padded by repeating rows, then trimmed), placed on ``mesh``
-    if given.
-
-    Args:
-      model: NNX model (graph structure; its own parameters are used when ``params`` is None).
-      params: parameters to evaluate (a pure dict as in ``TrainState.params``) or ``None``.
-      input_ids: int ``[N, T]``; target_mask / attention_mask: 0/1 ``[N, T]``.
-      batch_size: rows per forward pass (a multiple of the mesh size when sharded).
-      mesh: optional data-parallel mesh.
-      progress: show a tqdm progress bar.
-      target_window: as in :meth:`TrainBatch.create` (``"auto"``: from the whole dataset).
-
-    Returns:
-      ``SeqLogProbs`` of numpy float32 ``[N]`` arrays.
-    """
-    graphdef, own_params, rest = split_params(model)
-    params = own_params if params is None else params
-    ids = np.asarray(input_ids, np.int32)
-    tmask = np.asarray(target_mask, np.int32)
-    amask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask, np.int32)
-    if ids.ndim != 2 or tmask.shape != ids.shape or amask.shape != ids.shape:
-        raise ValueError("input_ids, target_mask and attention_mask must all be [N, T]")
-    window = _checked_window(target_window, tmask)
-    n = ids.shape[0]
-    if n == 0:
-        raise ValueError("no sequences to score")
-    if mesh is not None and batch_size % mesh.shape[parallel.DATA_AXIS]:
-        raise ValueError(f"batch_size {batch_size} must divide over the mesh's data axis")
-    batch_size = min(batch_size, n) if mesh is None else batch_size
-    if mesh is not None:
-        params = parallel.replicate(params, mesh)
-        rest = parallel.replicate(rest, mesh)
-    starts = range(0, n, batch_size)
-    if progress:
-        from tqdm.auto import tqdm
-
-        starts = tqdm(starts, desc="log-probs", unit="batch")
-    sums, counts = [], []
-    for start in starts:
-        rows = np.arange(start, start + batch_size) % n if start + batch_size > n else None
-        sl = slice(start, start + batch_size)
-        chunk = tuple(a[rows] if rows is not None else a[sl] for a in (ids, amask, tmask))
-        if mesh is not None:
-            chunk = parallel.shard_batch(chunk, mesh)
-        out = _jitted_logprobs(graphdef, params, rest, *chunk, window)
-        keep = min(batch_size, n - start)
-        sums.append(np.asarray(out.sum_logp)[:keep])
-        counts.append(np.asarray(out.num_tokens)[:keep])
-    return SeqLogProbs(sum_logp=np.concatenate(sums), num_tokens=np.concatenate(counts))

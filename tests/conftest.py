@@ -64,8 +64,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Modules holding a ``slow`` test run first, each in pytest's order. Under ``pytest -n 2``
     xdist's load scheduler hands tests out in collection order, so long end-to-end tests at the
     end left one worker idle while the other finished them. Six recorded full runs replayed
-    through that scheduler with noisy durations (``benchmarks/suite_order.py``) end a median 35 s
-    sooner in this order (10th-90th percentile -15 to +84 s; docs/benchmarks.md)."""
+    through that scheduler with noisy durations end a median 35 s sooner in this order (10th-90th
+    percentile -15 to +84 s; docs/benchmarks.md, "Test-suite run times"). The replay was
+    ``benchmarks/suite_order.py``, since retired: docs/reference/scripts.md names the commit that
+    last held it."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)  # stable: the order within each group
 

@@ -16,12 +16,14 @@ from flax import nnx
 
 from llome_jax import ehrlich
 from llome_jax.ehrlich import EhrlichConfig
-from llome_jax.llome.config import LoopConfig, upgrade_saved_config
+from llome_jax.llome.config import LoopConfig
+from llome_jax.llome.loop import Llome
 from llome_jax.llome.refine import RefineConfig, iterative_refinement
 from llome_jax.lm import convert, sample
+from llome_jax.lm.codec import SequenceCodec
 from llome_jax.lm.pythia import Pythia, PythiaConfig, cast_floats
 from llome_jax.lm.sample import SampleConfig, generate, split_for_generation
-from llome_jax.lm.tokenizer import SequenceCodec, make_ehrlich_tokenizer
+from llome_jax.lm.tokenizer import make_ehrlich_tokenizer
 from llome_jax.train import position_ids_from_mask
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "pythia_tiny"
@@ -159,4 +161,4 @@ def test_refinement_generates_in_the_configured_dtype(monkeypatch) -> None:
     assert loop.refine.generate_dtype == "bfloat16"
     now = LoopConfig().to_dict()
     before = {**now, "refine": {k: v for k, v in now["refine"].items() if k != "generate_dtype"}}
-    assert upgrade_saved_config(before) == now
+    assert Llome.upgrade_config(before) == {**now, "config_version": Llome.version()}

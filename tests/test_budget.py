@@ -265,24 +265,23 @@ def test_a_pay_once_run_is_read_at_exactly_a_label_count(tmp_path: pathlib.Path)
 
 
 def test_the_paper_driver_reads_runs_at_exactly_its_budget(tmp_path: pathlib.Path) -> None:
-    import importlib.util
-    import sys
+    """The paper driver reads a run's curve at round-0 labels + its budget with the same
+    function as ``compare`` (``compare.curve_at``), at label resolution when it has the run
+    directory."""
+    from llome_jax.bench.plan import RunSpec
+    from llome_jax.bench.results import regret_curves, summary_at
+    from llome_jax.compare import curve_at
 
-    spec_ = importlib.util.spec_from_file_location(
-        "paper_driver", pathlib.Path(__file__).parents[1] / "experiments" / "paper.py"
-    )
-    paper = importlib.util.module_from_spec(spec_)
-    sys.modules["paper_driver"] = paper
-    spec_.loader.exec_module(paper)
-    spec = paper.RunSpec("GA", "ga", "f2", 0, None, ("solver",))
+    spec = RunSpec("GA", "ga", "f2", 0, None, ("solver",))
     _hand_run(tmp_path / "runs" / spec.name)
     records = _records(tmp_path / "runs" / spec.name)
-    ((x, y),) = paper._curves({spec: records}, tmp_path)["GA"]
+    ((x, y),) = regret_curves({spec: records}, tmp_path)["GA"]
     # 3 labels after round 0 (5 in all): 0.25; 1 after round 0: 0.5
-    assert paper._at(x, y, x[0] + 3) == 0.25
-    assert paper._at(x, y, x[0] + 1) == 0.5
-    ((x, y),) = paper._curves({spec: records})["GA"]  # without the directory: round ends only
-    assert paper._at(x, y, x[0] + 3) == 0.75
+    assert curve_at(x, y, x[0] + 3) == 0.25
+    assert curve_at(x, y, x[0] + 1) == 0.5
+    assert summary_at({"GA": [(x, y)]}, 3)["GA"]["values"] == [0.25]
+    ((x, y),) = regret_curves({spec: records})["GA"]  # without the directory: round ends only
+    assert curve_at(x, y, x[0] + 3) == 0.75
 
 
 @pytest.mark.slow
@@ -301,3 +300,25 @@ def test_ga_rounds_of_exactly_labels_per_round_pay_the_same_sequences(
     whole_rows = [r[1:] for r in _rows(tmp_path / "whole")]
     assert len(whole_rows) > len(exact_rows)
     assert exact_rows == whole_rows[: len(exact_rows)]
+
+
+def test_a_ga_round_cut_at_its_labels_stops_at_the_optimum_it_labelled(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The generation a round's label count cuts is not in the GA state (the next round draws it
+    again); when one of its labels is the optimum, the run still stops there. Seed 0 on instance
+    1 of Ehr(8,8)-2-2-2 labels regret 0 in round 1's cut generation."""
+    cfg = GARunConfig(
+        function="Ehr(8,8)-2-2-2",
+        instance_seed=1,
+        seed=0,
+        rounds=3,
+        initial_generations=2,
+        labels_per_round=32,
+        ga=ga.GAConfig(num_particles=200, mutation_prob=0.1),
+    )
+    result = ga_run(cfg, tmp_path / "run", progress=False)
+    records = _records(tmp_path / "run")
+    assert [r["round"] for r in records] == [0, 1]
+    assert records[-1]["min_regret"] == 0.0
+    assert "optimum" in records[-1]["stop_reason"] and result.stop_reason

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from llome_jax import cli, rundir
+from llome_jax import cli, plotting, rundir
 
 #: a tiny GA in round mode
 GA = ["ga", "--particles", "16", "--survival-quantile", "0.25", "--initial-generations", "1"]
@@ -257,13 +257,13 @@ def test_many_seeds_ga_files_legend_and_title(
 ) -> None:
     """summary.json was written 0600 (mkstemp); the legend said ``GA (n=32) (n=2)``."""
     drawn: list[dict] = []
-    original = rundir.plot_regret_curves
+    original = plotting.plot_regret_curves
 
     def capture(curves, path, **kwargs):
         drawn.append({"curves": dict(curves), **kwargs})
         return original(curves, path, **kwargs)
 
-    monkeypatch.setattr(rundir, "plot_regret_curves", capture)
+    monkeypatch.setattr(plotting, "plot_regret_curves", capture)
     out = tmp_path / "seeds"
     argv = ["ga", "--function", "Ehr(8,8)-2-2-2", "--instance-seed", "1", "--generations", "2"]
     argv += ["--seeds", "2", "--particles", "32", "--no-progress", "--out", str(out)]
@@ -283,7 +283,7 @@ def test_many_seeds_ga_files_legend_and_title(
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots()
-    rundir.draw_regret_curves(axis, plot["curves"], unit="seed")
+    plotting.draw_regret_curves(axis, plot["curves"], unit="seed")
     assert axis.get_legend_handles_labels()[1] == ["GA (32 particles), 2 seeds"]
     plt.close(figure)
 
@@ -297,7 +297,7 @@ def test_regret_png_uses_compare_label_and_names_the_seeds(
 
     drawn: list[dict] = []
     monkeypatch.setattr(
-        rundir,
+        plotting,
         "plot_regret_curves",
         lambda curves, path, **kwargs: drawn.append({"curves": dict(curves), **kwargs}),
     )
@@ -310,7 +310,7 @@ def test_regret_png_uses_compare_label_and_names_the_seeds(
     }
     run = rundir.RunDirectory.create(tmp_path / "r", config)
     run.log_round({"round": 0, "num_evaluations": 10, "min_regret": 0.5})
-    run.plot_regret("LLOME-SFT/MargE", "LLOME on Ehr(8,8)-2-2-2 (seed 0)", log_x=False)
+    plotting.plot_run(run, "LLOME-SFT/MargE", "LLOME on Ehr(8,8)-2-2-2 (seed 0)", log_x=False)
     (plot,) = drawn
     assert list(plot["curves"]) == [method_label(config)] == ["LLOME-MargE"]
     assert plot["title"] == "LLOME-MargE on Ehr(8,8)-2-2-2 (instance seed 3), run seed 0"

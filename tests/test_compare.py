@@ -57,6 +57,17 @@ def test_method_label(config, label):
     assert compare.method_label(config) == label
 
 
+def test_a_curve_at_a_budget_is_its_best_point_within_it():
+    """``curve_at``: the one reading of "regret at a budget" (``value_at`` and the paper
+    driver's summaries call it): the best point with ``labels <= budget``, NaN before the first."""
+    labels, regret = [100, 150, 200, 300], [0.9, 0.95, 0.7, 0.8]  # not monotone: the best counts
+    assert math.isnan(compare.curve_at(labels, regret, 99))
+    at = [compare.curve_at(labels, regret, budget) for budget in (100, 199, 200, 1e9)]
+    assert at == [0.9, 0.9, 0.7, 0.7]
+    best = [0.1, 0.05, 0.3, 0.2]  # best_value: higher is better
+    assert [compare.curve_at(labels, best, b, "best_value") for b in (150, 300)] == [0.1, 0.3]
+
+
 def test_summary_at_a_budget_is_the_median_and_range_over_seeds(runs: pathlib.Path):
     loaded = compare.load_runs([str(runs / "marge_s*"), str(runs / "ga_s0")])
     assert [r.label for r in loaded] == ["LLOME-MargE"] * 3 + ["GA"]

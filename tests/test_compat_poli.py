@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from llome_jax import Objective, cli, ehrlich, ga, ga_optimizer, rundir
+from llome_jax import Objective, cli, ehrlich, ga, ga_loop, ga_optimizer, rundir
 from llome_jax.compat.poli import (
     AMINO_ACIDS,
     BudgetExhaustedException,
@@ -183,5 +183,5 @@ def test_black_box_of_a_custom_objective_and_the_ga_on_it() -> None:
     back = objective_from_black_box(black_box)
     assert back.name == "threes" and back.x0.tolist() == [0] * 8
     config = ga.GAConfig(num_particles=8, survival_quantile=0.3)
-    ga.run(jax.random.key(0), back, back.x0, 2, config)
+    ga_loop.run(jax.random.key(0), back, back.x0, 2, config)
     assert black_box.num_evaluations == 1 + 1 + 2 * 8  # the call above, f(x0), 2 generations

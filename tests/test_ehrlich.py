@@ -226,17 +226,17 @@ def test_chunked_path_equals_single_block():
 def test_batch_sizes_share_compiled_buckets():
     """Host inputs are padded to ``bucket_size`` rows: 100 batch sizes 1000..1099 reuse two
     compiled shapes (1024, 1280), and every value equals the one computed without padding."""
-    from llome_jax.ehrlich import function as F  # noqa: N812
+    from llome_jax.ehrlich import kernel
 
     f = eh.paper_function("f2")
     x = np.asarray(_mixed_batch(f, 1100, jax.random.key(5)))
-    reference = np.asarray(F._evaluate(f, jnp.asarray(x), F.default_chunk_size(f.config)))
-    before = F._evaluate._cache_size()
+    reference = np.asarray(kernel._evaluate(f, jnp.asarray(x), kernel.default_chunk_size(f.config)))
+    before = kernel._evaluate._cache_size()
     for n in range(1000, 1100):
         got = eh.evaluate(f, x[:n])
         assert got.shape == (n,)
         np.testing.assert_array_equal(np.asarray(got), reference[:n])
-    assert F._evaluate._cache_size() - before <= 2
+    assert kernel._evaluate._cache_size() - before <= 2
     assert [eh.bucket_size(n) for n in (5, 8, 9, 33, 1000, 1025, 4097)] == [
         5, 8, 10, 40, 1024, 1280, 5120,
     ]  # fmt: skip
@@ -257,12 +257,15 @@ def test_large_host_batches_split_over_cores_with_identical_results(monkeypatch)
     from concurrent.futures import ThreadPoolExecutor
 
     from llome_jax import host_threads
-    from llome_jax.ehrlich import function as F  # noqa: N812
+    from llome_jax.ehrlich import dispatch, kernel
 
-    assert F.host_parts(40_960, 32, cores=4) == 4
-    assert F.host_parts(40_960, 32, cores=1) == 1
-    assert F.host_parts(16_384, 32, cores=2) == 2 and F.host_parts(8_192, 32, cores=2) == 1
-    assert F.host_parts(40_960, 32, cores=3) == 2  # a power of two that divides the bucket
+    assert dispatch.host_parts(40_960, 32, cores=4) == 4
+    assert dispatch.host_parts(40_960, 32, cores=1) == 1
+    assert (
+        dispatch.host_parts(16_384, 32, cores=2) == 2
+        and dispatch.host_parts(8_192, 32, cores=2) == 1
+    )
+    assert dispatch.host_parts(40_960, 32, cores=3) == 2  # a power of two that divides the bucket
 
     shapes = []
 
@@ -276,13 +279,13 @@ def test_large_host_batches_split_over_cores_with_identical_results(monkeypatch)
     monkeypatch.setattr(host_threads, "pool", lambda: (pool, 4))
     f = eh.paper_function("f2")
     x = np.asarray(_mixed_batch(f, 40_000, jax.random.key(6)))
-    chunk = F.default_chunk_size(f.config)
-    reference = np.asarray(F._evaluate(f, jnp.asarray(x), chunk))
+    chunk = kernel.default_chunk_size(f.config)
+    reference = np.asarray(kernel._evaluate(f, jnp.asarray(x), chunk))
     assert np.isfinite(reference).any() and not np.isfinite(reference).all()
     got = np.asarray(eh.evaluate(f, x))
     assert shapes == [(10_240, 32)] * 4
     np.testing.assert_array_equal(got.view(np.int32), reference.view(np.int32))
-    presence = np.asarray(F._motif_presence(f, jnp.asarray(x), chunk))
+    presence = np.asarray(kernel._motif_presence(f, jnp.asarray(x), chunk))
     np.testing.assert_array_equal(np.asarray(eh.motif_presence(f, x)), presence)
     np.testing.assert_array_equal(np.asarray(eh.is_feasible(f, x)), np.isfinite(reference))
     assert len(shapes) == 12
@@ -437,10 +440,11 @@ def test_instance_json_round_trip_and_cli_file(tmp_path, capsys):
 
 
 def test_docstring_examples():
-    """The examples in the evaluation module (``bucket_size``, ``host_parts``, ``evaluate``)."""
+    """The examples in the evaluation modules (``bucket_size``, ``host_parts``, ``evaluate``,
+    ``default_chunk_size``)."""
     import doctest
 
-    from llome_jax.ehrlich import function as F  # noqa: N812
+    from llome_jax.ehrlich import dispatch, kernel
 
-    result = doctest.testmod(F)
-    assert result.attempted >= 6 and result.failed == 0
+    results = [doctest.testmod(module) for module in (dispatch, kernel)]
+    assert sum(r.attempted for r in results) >= 8 and sum(r.failed for r in results) == 0

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import llome_jax.ehrlich as eh
-from llome_jax.ehrlich import function as F  # noqa: N812
+from llome_jax.ehrlich import kernel as K  # noqa: N812
 
 CONFIGS = {
     "v40_L40": eh.EhrlichConfig(num_states=40, dim=40, num_motifs=2, motif_length=5),
@@ -151,12 +151,12 @@ def test_input_is_transposed_as_bytes_and_never_widened(dtype):
     fn = eh.paper_function("f2")
     chunk = 256
     x = jnp.asarray(_batch(fn, 1000, seed=4), dtype)
-    assert _token_path_problems(F._evaluate, fn, x, chunk) == []
-    values = F._evaluate(fn, x, chunk)
+    assert _token_path_problems(K._evaluate, fn, x, chunk) == []
+    values = K._evaluate(fn, x, chunk)
     np.testing.assert_array_equal(np.asarray(values), _reference(fn, np.asarray(x)))
 
     def widening_kernel(f: eh.Ehrlich, tokens: jax.Array, chunk_size: int) -> jax.Array:
-        return F._evaluate.__wrapped__(f, tokens.astype(jnp.int32), chunk_size)
+        return K._evaluate.__wrapped__(f, tokens.astype(jnp.int32), chunk_size)
 
     widening = _token_path_problems(widening_kernel, fn, x, chunk)
     # int32 input is already int32, so only the narrower dtypes can be widened
@@ -177,16 +177,16 @@ def test_default_chunk_size_per_backend(monkeypatch):
     assert jax.default_backend() == "cpu"
     for name, before in CPU_CHUNKS_BEFORE.items():
         config = eh.paper_function(name).config
-        assert F.default_chunk_size(config) == before
-        assert F.default_chunk_size(config, "cpu") == before
-        assert F.default_chunk_size(config, "gpu") == 65_536
-        assert F.default_chunk_size(config, "tpu") == 65_536
+        assert K.default_chunk_size(config) == before
+        assert K.default_chunk_size(config, "cpu") == before
+        assert K.default_chunk_size(config, "gpu") == 65_536
+        assert K.default_chunk_size(config, "tpu") == 65_536
     long = eh.EhrlichConfig(num_states=32, dim=1000, num_motifs=4, motif_length=4)
-    assert F.default_chunk_size(long, "cpu") == 64  # max(64, 2^14 // 1000), unchanged formula
-    assert F.default_chunk_size(long, "gpu") == 8192  # 2^24 // 2000 = 8388 -> 8192
-    assert 2 * long.dim * F.default_chunk_size(long, "gpu") <= F.ACCELERATOR_BLOCK_BYTES
+    assert K.default_chunk_size(long, "cpu") == 64  # max(64, 2^14 // 1000), unchanged formula
+    assert K.default_chunk_size(long, "gpu") == 8192  # 2^24 // 2000 = 8388 -> 8192
+    assert 2 * long.dim * K.default_chunk_size(long, "gpu") <= K.ACCELERATOR_BLOCK_BYTES
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-    assert F.default_chunk_size(eh.paper_function("f2").config) == 65_536
+    assert K.default_chunk_size(eh.paper_function("f2").config) == 65_536
 
 
 def test_evaluate_uses_the_backend_default_and_values_are_unchanged(monkeypatch):
@@ -199,13 +199,13 @@ def test_evaluate_uses_the_backend_default_and_values_are_unchanged(monkeypatch)
     x = _batch(fn, 1500, seed=7)
     expected = _reference(fn, x)
     chunks: list[int] = []
-    kernel = F._evaluate
+    kernel = K._evaluate
 
     def recording(f: eh.Ehrlich, tokens: Any, chunk_size: int) -> jax.Array:
         chunks.append(chunk_size)
         return kernel(f, tokens, chunk_size)
 
-    monkeypatch.setattr(F, "_evaluate", recording)
+    monkeypatch.setattr(K, "_evaluate", recording)
     cpu = np.asarray(eh.evaluate(fn, x, threads=1))
     assert chunks == [512]
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")

@@ -14,7 +14,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import llome_jax.ehrlich as eh
-from llome_jax import ga
+from llome_jax import ga, ga_loop
 from llome_jax.cli import main as cli_main
 
 SMALL_FN = eh.make(
@@ -92,10 +92,10 @@ def test_count_unique_rows(key):
 
 # ------------------------------------------------------------------ runs
 def test_trace_fields_match_an_independent_evaluation_of_the_populations(key):
-    state, trace = ga.run(key, SMALL_FN, SMALL_X0, 30, SMALL_GA)
+    state, trace = ga_loop.run(key, SMALL_FN, SMALL_X0, 30, SMALL_GA)
     chex.assert_shape([trace.best_value, trace.frac_unique, trace.num_evaluations], (30,))
-    x0 = ga.validate_ga_inputs(SMALL_FN, SMALL_X0, SMALL_GA)
-    _, (_, populations, _) = ga._run(key, SMALL_FN, x0, 30, SMALL_GA, None, True)
+    x0 = ga_loop.validate_ga_inputs(SMALL_FN, SMALL_X0, SMALL_GA)
+    _, (_, populations, _) = ga_loop._run(key, SMALL_FN, x0, 30, SMALL_GA, None, True)
     # every generation's population, scored again outside the GA
     values = np.stack([np.asarray(eh.evaluate(SMALL_FN, p)) for p in np.asarray(populations)])
     generation_best = values.max(axis=1)
@@ -117,24 +117,26 @@ def test_trace_fields_match_an_independent_evaluation_of_the_populations(key):
 # survivor counts, hashes) and random bits that depend only on the key and the global index.
 def test_deterministic_per_key_and_vmap_equals_loop(key):
     keys = jax.random.split(key, 3)
-    batched_state, batched = jax.vmap(lambda k: ga.run(k, SMALL_FN, SMALL_X0, 15, SMALL_GA))(keys)
+    batched_state, batched = jax.vmap(lambda k: ga_loop.run(k, SMALL_FN, SMALL_X0, 15, SMALL_GA))(
+        keys
+    )
     for i, k in enumerate(keys):
-        state, trace = ga.run(k, SMALL_FN, SMALL_X0, 15, SMALL_GA)
+        state, trace = ga_loop.run(k, SMALL_FN, SMALL_X0, 15, SMALL_GA)
         chex.assert_trees_all_equal(trace, jax.tree.map(lambda a, i=i: a[i], batched))
         chex.assert_trees_all_equal(state, jax.tree.map(lambda a, i=i: a[i], batched_state))
-    again, _ = ga.run(keys[0], SMALL_FN, SMALL_X0, 15, SMALL_GA)
+    again, _ = ga_loop.run(keys[0], SMALL_FN, SMALL_X0, 15, SMALL_GA)
     chex.assert_trees_all_equal(again.population, batched_state.population[0])
-    other, _ = ga.run(keys[1], SMALL_FN, SMALL_X0, 15, SMALL_GA)
+    other, _ = ga_loop.run(keys[1], SMALL_FN, SMALL_X0, 15, SMALL_GA)
     assert not np.array_equal(np.asarray(other.population), np.asarray(again.population))
 
 
 def test_segmented_advance_equals_run(key):
     config = SMALL_GA
-    _, trace = ga.run(key, SMALL_FN, SMALL_X0, 12, config)
-    state, run_key = ga.start(key, SMALL_FN, SMALL_X0, config)
+    _, trace = ga_loop.run(key, SMALL_FN, SMALL_X0, 12, config)
+    state, run_key = ga_loop.start(key, SMALL_FN, SMALL_X0, config)
     keys = jax.random.split(run_key, 12)
-    state, first = ga.advance(state, keys[:5], SMALL_FN, config)
-    state, second = ga.advance(state, keys[5:], SMALL_FN, config)
+    state, first = ga_loop.advance(state, keys[:5], SMALL_FN, config)
+    state, second = ga_loop.advance(state, keys[5:], SMALL_FN, config)
     joined = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), first, second)
     chex.assert_trees_all_equal(joined, trace)
 
@@ -148,10 +150,10 @@ def test_generation_keys_are_the_split_of_stop_keys(partitionable):
         windows = [(0, 1), (0, 10), (9, 10), (10, 11), (3, 17), (31, 32), (32, 33), (0, 0)]
         for start, stop in windows:
             expected = jax.random.key_data(jax.random.split(run_key, stop)[start:])
-            got = jax.random.key_data(ga.generation_keys(run_key, start, stop))
+            got = jax.random.key_data(ga_loop.generation_keys(run_key, start, stop))
             np.testing.assert_array_equal(got, expected, err_msg=f"{start}:{stop}")
     with pytest.raises(ValueError, match="start <= stop"):
-        ga.generation_keys(run_key, 5, 4)
+        ga_loop.generation_keys(run_key, 5, 4)
 
 
 def test_population_sharded_over_8_devices_equals_single_device(key):
@@ -160,8 +162,8 @@ def test_population_sharded_over_8_devices_equals_single_device(key):
     assert fn.config.q == 4 and not fn.config.epistasis_factor  # values k / 256: exact sums
     config = ga.GAConfig(num_particles=256)
     mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
-    single_state, single = ga.run(key, fn, x0, 10, config)
-    sharded_state, sharded = ga.run(
+    single_state, single = ga_loop.run(key, fn, x0, 10, config)
+    sharded_state, sharded = ga_loop.run(
         key, fn, x0, 10, config, population_sharding=NamedSharding(mesh, P("data"))
     )
     assert len(sharded_state.population.sharding.device_set) == 8
@@ -176,7 +178,7 @@ def test_f1_behaviour_matches_reference_statistics():
     of 35 generations (range 21-56, 16 seeds; holo counts the unmutated start as generation 1)."""
     fn, x0 = eh.paper_function("f1"), eh.paper_initial_solution("f1")
     keys = jax.random.split(jax.random.key(2024), 8)
-    _, trace = jax.jit(jax.vmap(lambda k: ga.run(k, fn, x0, 100)))(keys)
+    _, trace = jax.jit(jax.vmap(lambda k: ga_loop.run(k, fn, x0, 100)))(keys)
     best = np.asarray(trace.best_value)
     reached = [int(np.argmax(row >= 1.0)) + 2 for row in best if np.any(row >= 1.0)]
     assert len(reached) >= 6
@@ -201,7 +203,7 @@ def test_f2_best_value_trace_matches_the_reference_runs(fixtures_dir):
     reference = np.asarray([run["best_so_far"][1:] for run in data["runs"]])
     fn, x0 = eh.paper_function("f2"), eh.paper_initial_solution("f2")
     keys = jax.random.split(jax.random.key(0), 16)
-    _, trace = jax.jit(jax.vmap(lambda k: ga.run(k, fn, x0, reference.shape[1])))(keys)
+    _, trace = jax.jit(jax.vmap(lambda k: ga_loop.run(k, fn, x0, reference.shape[1])))(keys)
     ours = np.asarray(trace.best_value, np.float64).mean(1)
     p = stats.mannwhitneyu(ours, reference.mean(1)).pvalue
     assert p >= 0.01, (p, np.median(ours), reference.mean(1))
@@ -210,9 +212,9 @@ def test_f2_best_value_trace_matches_the_reference_runs(fixtures_dir):
 # ------------------------------------------------------------------ archive
 def test_archive_is_deduplicated_first_occurrence(key):
     config = SMALL_GA
-    x0 = ga.validate_ga_inputs(SMALL_FN, SMALL_X0, config)
-    _, (_, populations, values) = ga._run(key, SMALL_FN, x0, 6, config, None, True)
-    archive = ga.run_archive(key, SMALL_FN, SMALL_X0, 6, config)
+    x0 = ga_loop.validate_ga_inputs(SMALL_FN, SMALL_X0, config)
+    _, (_, populations, values) = ga_loop._run(key, SMALL_FN, x0, 6, config, None, True)
+    archive = ga_loop.run_archive(key, SMALL_FN, SMALL_X0, 6, config)
     sequences, archived_values, generations = archive.to_numpy()
     flat = np.asarray(populations).reshape(-1, 16)
     flat_values = np.asarray(values).reshape(-1)
@@ -246,15 +248,15 @@ def test_bad_config_raises(kwargs, message):
 
 def test_bad_initial_solution_raises(key):
     with pytest.raises(ValueError, match="shape"):
-        ga.run(key, SMALL_FN, jnp.zeros(15, jnp.int32), 3, SMALL_GA)
+        ga_loop.run(key, SMALL_FN, jnp.zeros(15, jnp.int32), 3, SMALL_GA)
     with pytest.raises(ValueError, match="outside"):
-        ga.run(key, SMALL_FN, jnp.full(16, 9, jnp.int32), 3, SMALL_GA)
+        ga_loop.run(key, SMALL_FN, jnp.full(16, 9, jnp.int32), 3, SMALL_GA)
     with pytest.raises(ValueError, match="integer"):
-        ga.run(key, SMALL_FN, jnp.zeros(16, jnp.float32), 3, SMALL_GA)
+        ga_loop.run(key, SMALL_FN, jnp.zeros(16, jnp.float32), 3, SMALL_GA)
     with pytest.raises(ValueError, match="one sequence"):
-        ga.run_archive(key, SMALL_FN, jnp.zeros((2, 16), jnp.int32), 3, SMALL_GA)
+        ga_loop.run_archive(key, SMALL_FN, jnp.zeros((2, 16), jnp.int32), 3, SMALL_GA)
     with pytest.raises(ValueError, match="positive"):
-        ga.run(key, SMALL_FN, SMALL_X0, 0, SMALL_GA)
+        ga_loop.run(key, SMALL_FN, SMALL_X0, 0, SMALL_GA)
 
 
 # ------------------------------------------------------------------ CLI
@@ -290,7 +292,7 @@ def test_cli_writes_trace_summary_and_plot(tmp_path):
     assert len(rows) == 1 + 2 * 12
     summary = json.loads((out / "summary.json").read_text())
     # the CLI's seed-0 run equals the library run with key 0
-    _, trace = ga.run(jax.random.key(0), SMALL_FN, SMALL_X0, 12, SMALL_GA)
+    _, trace = ga_loop.run(jax.random.key(0), SMALL_FN, SMALL_X0, 12, SMALL_GA)
     assert summary["final_best_value"][0] == float(trace.best_value[-1])
     assert (out / "regret.png").stat().st_size > 1000
     assert cli_main(args) == 2  # refuses to overwrite

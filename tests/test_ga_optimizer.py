@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 import llome_jax
-from llome_jax import ehrlich, ga
+from llome_jax import ehrlich, ga, ga_loop
 from llome_jax.ga_optimizer import GARunConfig, run
 from llome_jax.llome.runtime import named_key
 
@@ -45,14 +45,14 @@ def test_rounds_are_one_ga_run_and_round0_is_llome_seed_data(tmp_path: pathlib.P
     key = named_key(jax.random.key(CFG.seed), "ga")  # what LLOME's round 0 uses
     rounds, x, v = _evaluated(result.path)
 
-    # round 0 == ga.run_archive of n0 generations: LLOME's seed data, row for row
-    seed_x, seed_v, _ = ga.run_archive(key, fn, x0, CFG.initial_generations, CFG.ga).to_numpy()
+    # round 0 == ga_loop.run_archive of n0 generations: LLOME's seed data, row for row
+    seed_x, seed_v, _ = ga_loop.run_archive(key, fn, x0, CFG.initial_generations, CFG.ga).to_numpy()
     np.testing.assert_array_equal(x[rounds == 0], seed_x)
     np.testing.assert_array_equal(v[rounds == 0], seed_v.astype(np.float64))
 
     # all rounds == one GA run of n0 + R G generations: best value and oracle calls per round
     total = CFG.initial_generations + CFG.rounds * CFG.generations_per_round
-    _, trace = ga.run(key, fn, x0, total, CFG.ga)
+    _, trace = ga_loop.run(key, fn, x0, total, CFG.ga)
     records = [json.loads(line) for line in (result.path / "rounds.jsonl").read_text().splitlines()]
     ends = [CFG.initial_generations + r * CFG.generations_per_round for r in range(CFG.rounds + 1)]
     assert [r["num_evaluations"] for r in records] == [g * 64 for g in ends]
@@ -66,7 +66,7 @@ def test_rounds_are_one_ga_run_and_round0_is_llome_seed_data(tmp_path: pathlib.P
     first = [
         i for i, row in enumerate(map(tuple, x.tolist())) if not (row in seen or seen.add(row))
     ]
-    all_x, all_v, _ = ga.run_archive(key, fn, x0, total, CFG.ga).to_numpy()
+    all_x, all_v, _ = ga_loop.run_archive(key, fn, x0, total, CFG.ga).to_numpy()
     np.testing.assert_array_equal(x[first], all_x)
     np.testing.assert_array_equal(v[first], all_v.astype(np.float64))
     # every logged value is the oracle's value of the logged sequence; rows distinct per round
@@ -90,8 +90,8 @@ def test_pay_once_pays_each_distinct_sequence_once_and_fills_the_round_budget(
     # no sequence twice in evaluated.csv, and never the (public) start sequence
     assert len(np.unique(x, axis=0)) == len(x)
     assert not (x == x0).all(axis=1).any()
-    # round 0: LLOME's seed data (ga.run_archive) without the start sequence, row for row
-    seed_x, seed_v, _ = ga.run_archive(key, fn, x0, cfg.initial_generations, cfg.ga).to_numpy()
+    # round 0: LLOME's seed data (ga_loop.run_archive) without the start sequence, row for row
+    seed_x, seed_v, _ = ga_loop.run_archive(key, fn, x0, cfg.initial_generations, cfg.ga).to_numpy()
     keep = ~(seed_x == x0).all(axis=1)
     np.testing.assert_array_equal(x[rounds == 0], seed_x[keep])
     np.testing.assert_array_equal(v[rounds == 0], seed_v[keep].astype(np.float64))
@@ -105,12 +105,12 @@ def test_pay_once_pays_each_distinct_sequence_once_and_fills_the_round_budget(
         assert paid[r] - paid[r - 1] >= budget
         assert records[r]["num_proposals"] == (gens[r] - gens[r - 1]) * cfg.ga.num_particles
     # the rows are the first occurrences in the uninterrupted GA run of as many generations
-    all_x, all_v, _ = ga.run_archive(key, fn, x0, gens[-1], cfg.ga).to_numpy()
+    all_x, all_v, _ = ga_loop.run_archive(key, fn, x0, gens[-1], cfg.ga).to_numpy()
     keep = ~(all_x == x0).all(axis=1)
     np.testing.assert_array_equal(x, all_x[keep])
     np.testing.assert_array_equal(v, all_v[keep].astype(np.float64))
     # ... whose generation count is the first with the budget paid: one generation less was short
-    first_gen_of_row = np.asarray(ga.run_archive(key, fn, x0, gens[-1], cfg.ga).generations)[
+    first_gen_of_row = np.asarray(ga_loop.run_archive(key, fn, x0, gens[-1], cfg.ga).generations)[
         : len(all_x)
     ][keep]
     for r in range(1, cfg.rounds + 1):

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 import pytest
 
-from llome_jax import Objective, ehrlich, ga
+from llome_jax import Objective, ehrlich, ga, ga_loop
 from llome_jax.ga_optimizer import GARunConfig
 from llome_jax.ga_optimizer import run as ga_run
 from llome_jax.lambo2 import optimizer as lambo2
@@ -263,7 +263,7 @@ def test_a_round0_ga_label_is_paid_once_for_llome_and_lambo2_alike() -> None:
     x0 = ehrlich.resolve_initial_solution("f2", None)
     oracle = Oracle(Objective.from_ehrlich(fn, x0))
     cfg = ga.GAConfig(num_particles=100)
-    archive = ga.run_archive(jax.random.key(0), fn, x0, 3, cfg)
+    archive = ga_loop.run_archive(jax.random.key(0), fn, x0, 3, cfg)
     x, v, _ = archive.to_numpy()
     new = oracle.record_labels(x, v, num_paid=300)
     expected = len(x) - int((x == x0).all(axis=1).any())

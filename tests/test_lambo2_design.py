@@ -11,9 +11,11 @@ import pytest
 from scipy.stats import binomtest
 
 from llome_jax import parallel
+from llome_jax.lambo2 import data as lambo_data
 from llome_jax.lambo2 import design as D  # noqa: N812
+from llome_jax.lambo2 import kl_term, optimizer
 from llome_jax.lambo2 import model as M  # noqa: N812
-from llome_jax.lambo2 import optimizer
+from llome_jax.lambo2 import seeds as lambo_seeds
 from llome_jax.lambo2 import train as T  # noqa: N812
 
 TINY = M.ModelConfig.preset("tiny", 4, 8)
@@ -69,7 +71,7 @@ def test_farthest_first_traversal_matches_brute_force():
     for trial in range(6):
         x = rng.integers(0, 3, (30, 5))
         scores = np.round(rng.random(30), 1)  # ties in score too
-        got = D.farthest_first_traversal(x, scores, 12)
+        got = lambo_seeds.farthest_first_traversal(x, scores, 12)
         assert got.tolist() == _brute_force_fft(x, scores, 12), trial
         assert got[0] == int(np.lexsort((np.arange(30), -scores))[0])
 
@@ -80,20 +82,20 @@ def test_seed_selection_tiling_and_fft():
     y = rng.random(50)
     y[:5] = -np.inf
     t = np.repeat([0, 1], 25)
-    idx = D.select_design_seeds(x, y, t, 20, 0.25)  # K = 5, each used 4 times
+    idx = lambo_seeds.select_design_seeds(x, y, t, 20, 0.25)  # K = 5, each used 4 times
     top = np.argsort(-y)[:5]
     assert len(idx) == 20 and set(idx) == set(top)
     assert np.all(np.bincount(idx, minlength=50)[top] == 4)
-    idx = D.select_design_seeds(x, y, t, 22, 0.25)  # K = round(5.5) = 6 -> counts 3 or 4
+    idx = lambo_seeds.select_design_seeds(x, y, t, 22, 0.25)  # K = round(5.5) = 6 -> counts 3 or 4
     counts = np.bincount(idx, minlength=50)[np.argsort(-y)[:6]]
     assert len(idx) == 22 and counts.min() >= 3 and counts.max() <= 4
-    idx = D.select_design_seeds(x[:3], y[:3], t[:3], 10, 0.5)  # K > |H|
+    idx = lambo_seeds.select_design_seeds(x[:3], y[:3], t[:3], 10, 0.5)  # K > |H|
     assert len(idx) == 10 and set(idx) <= {0, 1, 2}
-    idx = D.select_design_seeds(x, y, t, 10, 2.0)  # FFT over the top 20
+    idx = lambo_seeds.select_design_seeds(x, y, t, 10, 2.0)  # FFT over the top 20
     assert len(set(idx)) == 10 and set(idx) <= set(np.argsort(-y)[:20])
     assert idx[0] == int(np.argmax(y))
     # ties: most recent round first
-    tied = D.select_design_seeds(x[:2], np.array([0.5, 0.5]), np.array([0, 1]), 1, 0.5)
+    tied = lambo_seeds.select_design_seeds(x[:2], np.array([0.5, 0.5]), np.array([0, 1]), 1, 0.5)
     assert tied.tolist() == [1]
 
 
@@ -107,10 +109,10 @@ def trained():
     t = np.repeat(np.arange(4), 50)
     config = T.TrainConfig(epochs=6, batch_size=16, train_fraction=None)
     assert T.step_config_of(config) == T.step_config_of(optimizer.preset("smoke").train)
-    data = T.prepare_training_data(x, y, t, TINY, config)
+    data = lambo_data.prepare_training_data(x, y, t, TINY, config)
     params, _ = T.fit(jax.random.key(1), M.init_params(jax.random.key(0), TINY), data, TINY, config)
     stats = D.RegressorStats(jnp.float32(data.y_mean), jnp.float32(data.y_std))
-    seeds = x[D.select_design_seeds(x, y, t, 32, 0.25)]
+    seeds = x[lambo_seeds.select_design_seeds(x, y, t, 32, 0.25)]
     best = D.best_values(TINY, params, stats, seeds)
     return params, stats, best, seeds
 
@@ -536,10 +538,10 @@ def test_design_config_kl_weight_validation():
 def test_kl_at_zero_perturbation_is_near_zero(trained):
     params = trained[0]
     _, chosen, h0 = _masked_features(params, trained[3])
-    q0 = D.reference_distribution(TINY, params, h0)
+    q0 = kl_term.reference_distribution(TINY, params, h0)
     np.testing.assert_allclose(np.asarray(q0).sum(-1), 1.0, rtol=1e-5)
     assert float(q0.min()) >= 1e-6 * (1 - 1e-3)  # clamped (utility tokens sit at ~1e-6)
-    kl = float(D.mean_kl_to_reference(TINY, params, h0, q0, chosen))
+    kl = float(kl_term.mean_kl_to_reference(TINY, params, h0, q0, chosen))
     expected, non_viable = _kl_by_hand(M.gen_apply(TINY, params["gen"], h0), chosen, 4)
     assert kl == pytest.approx(expected, rel=1e-4, abs=1e-6)
     # Non-zero only through the mass m the unmasked logits put on the utility tokens u and the
@@ -557,12 +559,12 @@ def test_kl_at_zero_perturbation_is_near_zero(trained):
     gen = jax.tree.map(lambda a: a, params["gen"])
     gen["out"]["bias"] = gen["out"]["bias"].at[4:].set(-1e4)
     cut = {**params, "gen": gen}
-    q_cut = D.reference_distribution(TINY, cut, h0)
-    kl_cut = float(D.mean_kl_to_reference(TINY, cut, h0, q_cut, chosen))
+    q_cut = kl_term.reference_distribution(TINY, cut, h0)
+    kl_cut = float(kl_term.mean_kl_to_reference(TINY, cut, h0, q_cut, chosen))
     assert 0.0 <= kl_cut < 1e-4 < kl
     # off C, nothing counts; an empty C gives 0 (not NaN)
     none = jnp.zeros_like(chosen)
-    assert float(D.mean_kl_to_reference(TINY, params, h0, q0, none)) == 0.0
+    assert float(kl_term.mean_kl_to_reference(TINY, params, h0, q0, none)) == 0.0
 
 
 def test_kl_weight_shrinks_the_perturbation(trained):
@@ -580,8 +582,8 @@ def test_kl_weight_shrinks_the_perturbation(trained):
             )
         np.testing.assert_array_equal(np.asarray(delta)[~np.asarray(chosen)], 0.0)
         norms[kl_weight] = float(jnp.linalg.norm(delta))
-        q0 = D.reference_distribution(TINY, params, h0)
-        kls[kl_weight] = float(D.mean_kl_to_reference(TINY, params, h0 + delta, q0, chosen))
+        q0 = kl_term.reference_distribution(TINY, params, h0)
+        kls[kl_weight] = float(kl_term.mean_kl_to_reference(TINY, params, h0 + delta, q0, chosen))
     assert norms[0.9] < norms[0.5] < norms[0.0]
     assert kls[0.9] < kls[0.0]
 
@@ -589,7 +591,7 @@ def test_kl_weight_shrinks_the_perturbation(trained):
 def test_pseudo_log_likelihood_matches_brute_force(trained):
     params = trained[0]
     tokens = jnp.asarray(trained[3][:5], jnp.int32)
-    pll = np.asarray(D.pseudo_log_likelihood(TINY, params, tokens))
+    pll = np.asarray(kl_term.pseudo_log_likelihood(TINY, params, tokens))
     encoder = M.encoder_module(TINY, params["encoder"])
     by_hand = np.zeros(len(tokens))
     for p in range(TINY.length):
@@ -601,7 +603,7 @@ def test_pseudo_log_likelihood_matches_brute_force(trained):
     # a sequence the MLM finds likely scores higher than a scrambled one? At least: the PLL
     # depends on the sequence and is the mean of per-position terms (one masked at a time).
     other = jnp.asarray(np.roll(np.asarray(tokens), 1, axis=0))
-    assert not np.allclose(np.asarray(D.pseudo_log_likelihood(TINY, params, other)), pll)
+    assert not np.allclose(np.asarray(kl_term.pseudo_log_likelihood(TINY, params, other)), pll)
 
 
 def test_design_round_with_kl_weight_never_lowers_the_blended_score(trained):
@@ -611,7 +613,7 @@ def test_design_round_with_kl_weight_never_lowers_the_blended_score(trained):
 
     def blended(x):
         a = D.acquisition(D.member_means(TINY, params, stats, x), best)
-        pll = D.pseudo_log_likelihood(TINY, params, jnp.asarray(x, jnp.int32))
+        pll = kl_term.pseudo_log_likelihood(TINY, params, jnp.asarray(x, jnp.int32))
         return np.asarray((1 - kl_weight) * a + kl_weight * pll), np.asarray(a)
 
     x, a, trace = D.design_round(jax.random.key(3), params, stats, best, seeds, TINY, config)

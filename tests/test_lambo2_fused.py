@@ -25,6 +25,8 @@ import numpy as np
 import pytest
 
 from llome_jax import configs, rundir
+from llome_jax.lambo2 import data as lambo_data
+from llome_jax.lambo2 import losses as lambo_losses
 from llome_jax.lambo2 import model as M  # noqa: N812
 from llome_jax.lambo2 import optimizer
 from llome_jax.lambo2 import train as T  # noqa: N812
@@ -45,10 +47,10 @@ def _toy_history(n: int = 160, seed: int = 0) -> tuple[np.ndarray, np.ndarray, n
 
 
 @pytest.fixture(scope="module")
-def batch() -> T.StepBatch:
+def batch() -> lambo_data.StepBatch:
     x, y, t = _toy_history()
-    data = T.prepare_training_data(x, y, t, TINY, T.TrainConfig(batch_size=16))
-    return T.epoch_batches(np.random.default_rng(0), data, TINY, 16)[0]
+    data = lambo_data.prepare_training_data(x, y, t, TINY, T.TrainConfig(batch_size=16))
+    return lambo_data.epoch_batches(np.random.default_rng(0), data, TINY, 16)[0]
 
 
 def _fresh() -> tuple[Any, T.OptState]:
@@ -56,7 +58,7 @@ def _fresh() -> tuple[Any, T.OptState]:
     return params, T.init_opt_state(params, STEP)
 
 
-def _step(fn: Any, batch: T.StepBatch, lr: float, key: int = 1, **kw: Any) -> Any:
+def _step(fn: Any, batch: lambo_data.StepBatch, lr: float, key: int = 1, **kw: Any) -> Any:
     params, opt = _fresh()
     return fn(
         params,
@@ -74,24 +76,24 @@ def _leaf_value_and_grads(enc_p, head_p, tokens, targets, valid, key, *, kind):
     """One leaf's loss and gradients (encoder, head) at the given parameters, drawing its
     corruption as ``train_step`` does: ``(t_key, m_key) = split(key)`` (eager: op by op, no
     program to compile)."""
-    rates = jnp.asarray(T.mask_rates(STEP.num_timesteps), jnp.float32)
+    rates = jnp.asarray(lambo_losses.mask_rates(STEP.num_timesteps), jnp.float32)
     t_key, m_key = jax.random.split(key)
     rho = rates[jax.random.randint(t_key, (), 1, STEP.num_timesteps + 1)]
-    noisy, masked = T.corrupt(m_key, tokens, rho, TINY.mask_id, TINY.num_states)
+    noisy, masked = lambo_losses.corrupt(m_key, tokens, rho, TINY.mask_id, TINY.num_states)
 
     def loss(enc_p, head_p):
         h = M.encoder_module(TINY, enc_p)(noisy)
         if kind == "gen":
-            return T.mlm_loss(M.gen_apply(TINY, head_p, h), tokens, masked, valid)
+            return lambo_losses.mlm_loss(M.gen_apply(TINY, head_p, h), tokens, masked, valid)
         out = M.member_apply(TINY, head_p, h, tokens != TINY.pad_id)
         if kind == "cls":
-            return T.classification_loss(out, targets, rho, valid)
-        return T.regression_loss(out, targets, rho, STEP.nominal_label_var, valid)
+            return lambo_losses.classification_loss(out, targets, rho, valid)
+        return lambo_losses.regression_loss(out, targets, rho, STEP.nominal_label_var, valid)
 
     return jax.value_and_grad(loss, argnums=(0, 1))(enc_p, head_p)
 
 
-def _reference(params: Any, batch: T.StepBatch, key: jax.Array) -> dict[str, Any]:
+def _reference(params: Any, batch: lambo_data.StepBatch, key: jax.Array) -> dict[str, Any]:
     """Leaf at a time at ``params``: losses [K], per-member head gradients, the MLM head's, and
     the encoder's summed over leaves (what the simultaneous update must apply)."""
     keys = jax.random.split(key, K)
@@ -212,7 +214,7 @@ def test_fused_layouts_agree_and_the_batched_one_runs_the_encoder_once(batch):
     assert all(b == rows and c not in grouped for b, c in per_leaf)
 
 
-def _encoder_convs_of_one_update(params: Any, batch: T.StepBatch) -> int:
+def _encoder_convs_of_one_update(params: Any, batch: lambo_data.StepBatch) -> int:
     def loss(p):
         return M.encoder_module(TINY, p)(batch.mlm_tokens).sum()
 
@@ -250,7 +252,7 @@ def test_fused_fit_calls_one_program_per_step_and_is_reproducible(monkeypatch):
     calls = _spy(monkeypatch)
     x, y, t = _toy_history()
     config = T.TrainConfig(epochs=2, batch_size=16, fused=True)
-    data = T.prepare_training_data(x, y, t, TINY, config)
+    data = lambo_data.prepare_training_data(x, y, t, TINY, config)
     theta0 = M.init_params(jax.random.key(0), TINY)
     params_a, hist_a = T.fit(jax.random.key(3), theta0, data, TINY, config)
     steps = config.epochs * data.steps_per_epoch(16)
@@ -275,8 +277,11 @@ def test_fused_fit_calls_one_program_per_step_and_is_reproducible(monkeypatch):
 def test_fused_option_config_and_an_end_to_end_round(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="fused"):
         T.TrainConfig(fused=1)
-    # config.json: the default is left out (run directories from before the option resume)
-    assert "fused" not in optimizer.preset("smoke").to_dict()["train"]
+    # config.json records the default; one from before the option reads as the per-leaf step
+    plain = optimizer.preset("smoke").to_dict()
+    assert plain["train"]["fused"] is False
+    before = {**plain, "train": {k: v for k, v in plain["train"].items() if k != "fused"}}
+    assert optimizer.Lambo2.upgrade_config(before)["train"] == plain["train"]
     cfg = optimizer.preset(
         "smoke", function="Ehr(4,8)-2-4-4", instance_seed=0, rounds=1, train={"fused": True}
     )

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
+from llome_jax.lambo2 import data as lambo_data
+from llome_jax.lambo2 import losses as lambo_losses
 from llome_jax.lambo2 import model as M  # noqa: N812
 from llome_jax.lambo2 import train as T  # noqa: N812
 
@@ -153,7 +155,7 @@ def test_regressor_parameterisation():
 
 # ------------------------------------------------------------------------------------ corruption
 def test_mask_rate_table():
-    rates = T.mask_rates(1000)
+    rates = lambo_losses.mask_rates(1000)
     expected = {1: 0.99998, 250: 0.920, 500: 0.703, 750: 0.380, 900: 0.155, 1000: 5e-5}
     for t, value in expected.items():
         assert rates[t] == pytest.approx(value, abs=6e-4 if t < 1000 else 1e-5), t
@@ -163,11 +165,13 @@ def test_mask_rate_table():
 
 def test_corruption_rate_and_scope():
     tokens = jnp.tile(jnp.array([0, 1, 2, 3, TINY.pad_id]), (4000, 1))
-    noisy, masked = T.corrupt(jax.random.key(0), tokens, 0.3, TINY.mask_id, TINY.num_states)
+    noisy, masked = lambo_losses.corrupt(
+        jax.random.key(0), tokens, 0.3, TINY.mask_id, TINY.num_states
+    )
     assert not bool(masked[:, -1].any())  # padding is never corrupted
     assert float(masked[:, :4].mean()) == pytest.approx(0.3, abs=0.01)
     np.testing.assert_array_equal(np.where(masked, TINY.mask_id, tokens), noisy)
-    same, none = T.corrupt(jax.random.key(1), tokens, 0.0, TINY.mask_id, TINY.num_states)
+    same, none = lambo_losses.corrupt(jax.random.key(1), tokens, 0.0, TINY.mask_id, TINY.num_states)
     np.testing.assert_array_equal(same, tokens)
     assert not bool(none.any())
 
@@ -178,14 +182,14 @@ def test_mlm_loss_masked_only_and_by_hand():
     logits = rng.normal(size=(2, 3, 5)).astype(np.float32)
     targets = np.array([[1, 2, 3], [0, 4, 1]])
     masked = np.array([[True, False, True], [False, False, True]])
-    loss = float(T.mlm_loss(logits, targets, masked))
+    loss = float(lambo_losses.mlm_loss(logits, targets, masked))
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     hand = -np.mean([logp[0, 0, 1], logp[0, 2, 3], logp[1, 2, 1]])
     assert loss == pytest.approx(hand, rel=1e-5)
     changed = logits.copy()
     changed[~masked] += rng.normal(size=changed[~masked].shape).astype(np.float32) * 5
-    assert float(T.mlm_loss(changed, targets, masked)) == pytest.approx(loss, rel=1e-6)
-    assert float(T.mlm_loss(logits, targets, np.zeros_like(masked))) == 0.0  # guarded
+    assert float(lambo_losses.mlm_loss(changed, targets, masked)) == pytest.approx(loss, rel=1e-6)
+    assert float(lambo_losses.mlm_loss(logits, targets, np.zeros_like(masked))) == 0.0  # guarded
 
 
 def test_classification_and_regression_losses_by_hand():
@@ -195,7 +199,9 @@ def test_classification_and_regression_losses_by_hand():
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     target = (1 - rho) * np.eye(2)[labels] + rho / 2
     hand = -(target * logp).sum(-1).mean()
-    assert float(T.classification_loss(logits, labels, rho)) == pytest.approx(hand, rel=1e-5)
+    assert float(lambo_losses.classification_loss(logits, labels, rho)) == pytest.approx(
+        hand, rel=1e-5
+    )
 
     out = np.array([[0.4, 0.1], [-1.0, 1.5]], np.float32)
     y = np.array([0.7, -1.2])
@@ -205,10 +211,12 @@ def test_classification_and_regression_losses_by_hand():
     loc = out[:, 0] * var
     m_star, v_star = (1 - rho) * y, rho + (1 - rho) * s0 + rho * (1 - rho) * y**2
     kl = 0.5 * (np.log(var / v_star) + (v_star + (m_star - loc) ** 2) / var - 1)
-    assert float(T.regression_loss(out, y, rho, s0)) == pytest.approx(kl.mean(), rel=1e-5)
+    assert float(lambo_losses.regression_loss(out, y, rho, s0)) == pytest.approx(
+        kl.mean(), rel=1e-5
+    )
     # rho = 0: KL to N(y, s0^2) = Gaussian NLL + const + s0^2 / (2 var)
     nll = 0.5 * (np.log(2 * np.pi * var) + (y - loc) ** 2 / var)
-    kl0 = float(T.regression_loss(out, y, 0.0, s0))
+    kl0 = float(lambo_losses.regression_loss(out, y, 0.0, s0))
     const = -0.5 * np.log(2 * np.pi * s0) - 0.5
     assert kl0 == pytest.approx(float(np.mean(nll + const + s0 / (2 * var))), rel=1e-5)
 
@@ -230,14 +238,14 @@ def test_recency_partitions_match_the_interval_formula():
                 continue
             k = next(k for k in range(1, 10) if newest - 2 ** (k + 1) + 2 <= i <= newest - 2**k + 1)
             expected.append(k)
-        np.testing.assert_array_equal(T.recency_partition(rounds, newest), expected)
-    np.testing.assert_array_equal(T.recency_partition([0, 1, 2, 3]), [2, 1, 1, 0])
+        np.testing.assert_array_equal(lambo_data.recency_partition(rounds, newest), expected)
+    np.testing.assert_array_equal(lambo_data.recency_partition([0, 1, 2, 3]), [2, 1, 1, 0])
 
 
 def test_balanced_sampler_and_epoch_batches():
     rng = np.random.default_rng(0)
     groups = np.array([0] * 300 + [1] * 30 + [2] * 6)
-    stream = T.balanced_stream(rng, groups)
+    stream = lambo_data.balanced_stream(rng, groups)
     assert len(stream) == 3 * 300
     counts = np.bincount(groups[stream[:128]], minlength=3)
     assert np.all(np.abs(counts - 128 / 3) <= 1)
@@ -250,7 +258,7 @@ def test_balanced_sampler_and_epoch_batches():
     y[::7] = -np.inf
     t = np.repeat([0, 1, 2], [150, 50, 50])
     config = T.TrainConfig(batch_size=32)
-    data = T.prepare_training_data(x, y, t, TINY, config)
+    data = lambo_data.prepare_training_data(x, y, t, TINY, config)
     feasible = np.isfinite(y)
     unique = len(np.unique(x[feasible], axis=0))
     assert len(data.mlm_tokens) == math.floor(0.8 * unique)
@@ -262,7 +270,7 @@ def test_balanced_sampler_and_epoch_batches():
     for g in np.unique(data.cls_groups):
         assert len(np.unique(data.cls_labels[data.cls_groups == g])) == 1
     assert abs(float(data.reg_targets.mean())) < 1e-5
-    batches = T.epoch_batches(rng, data, TINY, 32)
+    batches = lambo_data.epoch_batches(rng, data, TINY, 32)
     assert len(batches) == data.steps_per_epoch(32)
     seen = np.concatenate([b.mlm_tokens[b.mlm_valid] for b in batches])
     assert len(seen) == len(data.mlm_tokens)
@@ -288,8 +296,8 @@ def test_per_leaf_updates_leave_other_heads_and_moments_untouched():
     opt = T.init_opt_state(params, config)
     # prime the moments so that "untouched" is not trivially zero
     x, y, t = _toy_history()
-    data = T.prepare_training_data(x, y, t, TINY, T.TrainConfig(batch_size=16))
-    batch = T.epoch_batches(np.random.default_rng(0), data, TINY, 16)[0]
+    data = lambo_data.prepare_training_data(x, y, t, TINY, T.TrainConfig(batch_size=16))
+    batch = lambo_data.epoch_batches(np.random.default_rng(0), data, TINY, 16)[0]
     params, opt, losses = T.train_step(
         params,
         opt,
@@ -310,10 +318,10 @@ def test_per_leaf_updates_leave_other_heads_and_moments_untouched():
     # one regressor-member step (member 1) through the same sweep the train step uses
     before_params = jax.tree.map(np.asarray, params)
     before_opt = jax.tree.map(np.asarray, opt)
-    rates = jnp.asarray(T.mask_rates(1000), jnp.float32)
+    rates = jnp.asarray(lambo_losses.mask_rates(1000), jnp.float32)
 
     def reg_loss(out, targets, rho, valid):
-        return T.regression_loss(out, targets, rho, 0.01, valid)
+        return lambo_losses.regression_loss(out, targets, rho, 0.01, valid)
 
     xs = (
         (1,),
@@ -349,7 +357,7 @@ def test_fit_learns_a_toy_regression():
     # y = fraction of token 0: the ensemble's mean prediction ranks held-out sequences well
     x, y, t = _toy_history(200)
     config = T.TrainConfig(epochs=12, batch_size=16, train_fraction=None)
-    data = T.prepare_training_data(x, y, t, TINY, config)
+    data = lambo_data.prepare_training_data(x, y, t, TINY, config)
     params, history = T.fit(
         jax.random.key(1), M.init_params(jax.random.key(0), TINY), data, TINY, config
     )

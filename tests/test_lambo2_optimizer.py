@@ -10,7 +10,8 @@ import pytest
 
 from llome_jax import ehrlich, rundir
 from llome_jax.commands import lambo2 as command
-from llome_jax.lambo2 import design, optimizer
+from llome_jax.lambo2 import optimizer
+from llome_jax.lambo2 import seeds as lambo_seeds
 
 
 def _smoke(**overrides):
@@ -64,7 +65,7 @@ def test_smoke_run_resume_equals_uninterrupted(tmp_path):
         np.testing.assert_array_equal(yr, np.asarray(ehrlich.evaluate(fn, xr), np.float64))
         assert records[r]["frac_feasible"] == pytest.approx(np.isfinite(yr).mean())
         before = rounds < r
-        index = design.select_design_seeds(
+        index = lambo_seeds.select_design_seeds(
             x[before], y[before], rounds[before], cfg.num_samples, cfg.alpha
         )
         distance = (xr != x[before][index]).mean()
@@ -160,15 +161,17 @@ def test_bad_input_gives_clear_messages(tmp_path):
     assert not (tmp_path / "long").exists()
 
 
-def test_config_json_leaves_out_default_kl_weight():
-    """``config.json`` of a lambda = 0 run equals the pre-KL-option layout (resume stays
-    possible); a non-zero lambda is recorded and round-trips through the CLI overrides."""
+def test_config_json_records_kl_weight_and_reads_the_pre_kl_layout():
+    """``config.json`` records lambda, 0 included; one written before the KL option (or with
+    the default left out, as until versioned configurations) reads as lambda = 0, so it
+    resumes; a non-zero lambda is recorded and round-trips through the CLI overrides."""
     plain = optimizer.preset("smoke").to_dict()
-    assert "kl_weight" not in plain["design"]
-    assert set(plain["design"]) == set(optimizer.preset("smoke").to_dict()["design"])
+    assert plain["design"]["kl_weight"] == 0.0
+    before = {**plain, "design": {k: v for k, v in plain["design"].items() if k != "kl_weight"}}
+    assert optimizer.Lambo2.upgrade_config(before)["design"] == plain["design"]
     weighted = optimizer.preset("smoke", design={"kl_weight": 0.25}).to_dict()
     assert weighted["design"]["kl_weight"] == 0.25
-    assert {k: v for k, v in weighted["design"].items() if k != "kl_weight"} == plain["design"]
+    assert {k: v for k, v in weighted["design"].items() if k != "kl_weight"} == before["design"]
     parser = argparse.ArgumentParser()
     command.add_arguments(parser)
     args = parser.parse_args(["--preset", "smoke", "--kl-weight", "0.5", "--out", "x"])
@@ -181,6 +184,7 @@ def test_warm_start_continues_from_the_last_rounds_weights(tmp_path):
     ``lambo_train.fit`` and the run's own history, round keys derived as the docstring says."""
     import jax
 
+    from llome_jax.lambo2 import data as lambo_data
     from llome_jax.lambo2 import train as lambo_train
 
     def leaves_equal(a, b):
@@ -205,7 +209,7 @@ def test_warm_start_continues_from_the_last_rounds_weights(tmp_path):
     params = theta0
     for r in (1, 2):
         before = upto(r)
-        data = lambo_train.prepare_training_data(before.x, before.y, before.t, mc, cfg.train)
+        data = lambo_data.prepare_training_data(before.x, before.y, before.t, mc, cfg.train)
         # keys="shared": round r's key is fold_in(fold_in(key(seed), 4), r)
         base = jax.random.fold_in(jax.random.key(cfg.seed), 4)
         k_fit, _ = jax.random.split(jax.random.fold_in(base, r))
@@ -217,6 +221,8 @@ def test_warm_start_continues_from_the_last_rounds_weights(tmp_path):
     w_rounds, w_x, _ = rundir.RunDirectory(warm.path).evaluated()
     np.testing.assert_array_equal(c_x[c_rounds <= 1], w_x[w_rounds <= 1])
     assert not np.array_equal(c_x[c_rounds == 2], w_x[w_rounds == 2])
-    # the option is recorded only when on, so earlier run directories still resume
-    assert "warm_start" not in _smoke().to_dict()
+    # the option is recorded either way; a config.json from before it reads as off
+    assert _smoke().to_dict()["warm_start"] is False
+    before = {k: v for k, v in _smoke().to_dict().items() if k != "warm_start"}
+    assert optimizer.Lambo2.upgrade_config(before)["warm_start"] is False
     assert json.loads((warm.path / "config.json").read_text())["warm_start"] is True

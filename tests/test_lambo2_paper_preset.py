@@ -37,7 +37,8 @@ import numpy as np
 import pytest
 
 from llome_jax import ehrlich, rundir
-from llome_jax.lambo2 import design, optimizer
+from llome_jax.lambo2 import optimizer
+from llome_jax.lambo2 import seeds as lambo_seeds
 
 #: The reductions, as ``preset`` overrides (dotted keys), with the paper's value beside each.
 REDUCED = {
@@ -74,6 +75,7 @@ PAPER = {
         "split_seed": 0xDEADBEEF,
         "num_timesteps": 1000,
         "nominal_label_var": 0.01,
+        "fused": False,
     },
     "design": {
         "num_steps": 32,
@@ -86,7 +88,10 @@ PAPER = {
         "normalize_null": False,
         "tau": 1e-6,
         "use_constraints": False,
+        "kl_weight": 0.0,
+        "decode_temperature": 1.0,
     },
+    "warm_start": False,
     # the information contract (llome_jax.oracle): each label paid once, no constraint query
     "accounting": "pay_once",
     "constraint_queries": "off",
@@ -205,7 +210,7 @@ def test_paper_preset_one_round_end_to_end(tmp_path):
 
     # the seeds: alpha n = 4 best rows of round 0, tiled to n; proposal i is designed from seed i
     before = rounds == 0
-    index = design.select_design_seeds(x[before], y[before], rounds[before], n, cfg.alpha)
+    index = lambo_seeds.select_design_seeds(x[before], y[before], rounds[before], n, cfg.alpha)
     assert records[1]["num_unique_seeds"] == len(np.unique(index)) == round(cfg.alpha * n)
     seeds = x[before][index]
     changed = (xr != seeds).sum(1)

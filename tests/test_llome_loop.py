@@ -17,7 +17,7 @@ import numpy as np
 import optax
 import pytest
 
-from llome_jax import cli, ehrlich, ga, train
+from llome_jax import cli, dataset_logprobs, ehrlich, ga, ga_loop, train_optimizer
 from llome_jax.checkpoint import CheckpointManager
 from llome_jax.llome import finetune, loop
 from llome_jax.llome import state as llome_state
@@ -133,7 +133,7 @@ def test_smoke_run_files_and_invariants(
     # the start sequence is public (never paid), so it is not among the paid rows.
     fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
     x0 = ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed)
-    archive = ga.run_archive(
+    archive = ga_loop.run_archive(
         named_key(jax.random.key(cfg.seed), "ga"),
         fn,
         x0,
@@ -603,7 +603,7 @@ def test_data_parallel_training_equals_single_device(monkeypatch: pytest.MonkeyP
     # the parameter per step.
     assert single.finetune.max_grad_norm == 1.0
     opt_config = finetune.optimizer_config(single, "dpo", len(moments))
-    schedule = train.learning_rate_schedule(opt_config)
+    schedule = train_optimizer.learning_rate_schedule(opt_config)
     dg = 64 * _EPS32 * single.finetune.max_grad_norm
     tol = sum(
         float(schedule(t)) * 2 * dg / (np.sqrt(nu) + opt_config.rms_eps)
@@ -622,7 +622,7 @@ def test_data_parallel_training_equals_single_device(monkeypatch: pytest.MonkeyP
     # (Step 2 also sees the parameter differences bounded above; they are large only where the
     # gradient, hence the loss's sensitivity, is ~0.) Measured: 1.2e-7 of a 7.2e-5 bound.
     ids, tmask, amask = (np.concatenate(d1[k]) for k in ("ids", "tmask", "amask"))
-    ref = train.compute_logprobs(
+    ref = dataset_logprobs.compute_logprobs(
         finetune.training_model(_runtime(single), single, "dpo"), state.params, ids, tmask, amask
     )
     logp_tol = 16 * _EPS32 * float(np.abs(np.asarray(ref.sum_logp)).max())

@@ -23,7 +23,8 @@ from llome_jax.llome.runtime import Runtime
 from llome_jax.llome.selection import Candidate, GateResult, Selection
 from llome_jax.llome.state import init_state
 from llome_jax.lm import sample
-from llome_jax.lm.tokenizer import SequenceCodec, make_ehrlich_tokenizer
+from llome_jax.lm.codec import SequenceCodec
+from llome_jax.lm.tokenizer import make_ehrlich_tokenizer
 
 #: one runtime per configuration for the whole module (what the driver builds once per run)
 _runtime = functools.cache(Runtime.build)

@@ -1,4 +1,6 @@
-"""experiments/local_search.py: the blind local-search baseline's proposals and accounting."""
+"""The blind local-search baseline (:mod:`llome_jax.bench.local_search`, the paper driver's
+``local search`` method; ``experiments/local_search.py`` is its command line): its proposals
+and accounting."""
 
 from __future__ import annotations
 
@@ -8,12 +10,14 @@ import pathlib
 import numpy as np
 import pytest
 
+from llome_jax.bench import local_search
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location(
-    "local_search", ROOT / "experiments" / "local_search.py"
+    "local_search_script", ROOT / "experiments" / "local_search.py"
 )
-local_search = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(local_search)
+script = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(script)
 
 
 def test_proposals_are_new_single_substitutions_of_the_best():
@@ -58,7 +62,7 @@ def test_a_run_labels_new_single_mutants_and_logs_them_like_an_optimizer(tmp_pat
         per_round=16,
         accounting="pay_once",
     )
-    directory = local_search.run_directory(tmp_path, args, 1, 0)
+    directory = script.run_directory(tmp_path, args, 1, 0)
     rows = local_search.run("Ehr(8,8)-2-2-2", 1, 0, 2, 16, 4, 1, directory)
     rounds, sequences, values = RunDirectory(directory.path).evaluated()
     # round 0 pays the GA archive's distinct sequences (the public start sequence excluded),

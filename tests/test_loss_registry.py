@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from llome_jax import losses, train
+from llome_jax import loss_inputs, loss_registry, losses, train_optimizer
 from llome_jax.llome import loop
 from llome_jax.llome.presets import preset
 
@@ -23,18 +23,25 @@ def toy_loss(policy, reference, batch, hparams):  # a weighted SFT, for the regi
 
 
 @pytest.fixture
-def toy() -> Iterator[losses.LossSpec]:
-    spec = losses.register_loss(
-        losses.LossSpec("toy", toy_loss, losses.LossParams(token_mean=1.0), uses_reference=False)
+def toy() -> Iterator[loss_registry.LossSpec]:
+    spec = loss_registry.register_loss(
+        loss_registry.LossSpec(
+            "toy", toy_loss, loss_inputs.LossParams(token_mean=1.0), uses_reference=False
+        )
     )
     yield spec
-    losses.unregister_loss("toy")
+    loss_registry.unregister_loss("toy")
 
 
-def test_registered_loss_runs_a_llome_round(toy: losses.LossSpec, tmp_path: pathlib.Path) -> None:
+def test_registered_loss_runs_a_llome_round(
+    toy: loss_registry.LossSpec, tmp_path: pathlib.Path
+) -> None:
     assert loop.parse_schedule("sft:1,toy:1") == (("sft", 1), ("toy", 1))
-    assert losses.LOSSES["toy"] is toy_loss and losses.default_params("toy") is toy.params
-    assert train.paper_optimizer("toy", 10).name == "adamw"
+    assert (
+        loss_registry.LOSSES["toy"] is toy_loss
+        and loss_registry.default_params("toy") is toy.params
+    )
+    assert train_optimizer.paper_optimizer("toy", 10).name == "adamw"
     CALLS.clear()
     cfg = preset("smoke", schedule=(("sft", 1), ("toy", 1)), rounds=2)
     result = loop.run(cfg, tmp_path / "run", progress=False)
@@ -45,20 +52,22 @@ def test_registered_loss_runs_a_llome_round(toy: losses.LossSpec, tmp_path: path
 
 def test_registry_refuses_duplicates_and_unknown_names() -> None:
     with pytest.raises(ValueError, match="already registered"):
-        losses.register_loss(losses.LossSpec("marge", toy_loss, losses.LossParams()))
+        loss_registry.register_loss(
+            loss_registry.LossSpec("marge", toy_loss, loss_inputs.LossParams())
+        )
     with pytest.raises(ValueError, match="unknown loss 'toy'"):
         loop.parse_schedule("sft:1,toy:1")
     with pytest.raises(ValueError, match="unknown loss"):
-        train.paper_optimizer("toy", 10)
+        train_optimizer.paper_optimizer("toy", 10)
     with pytest.raises(ValueError, match="'pairs' or 'triples'"):
-        losses.LossSpec("x", toy_loss, losses.LossParams(), data="quads")
+        loss_registry.LossSpec("x", toy_loss, loss_inputs.LossParams(), data="quads")
 
 
 def test_specs_of_the_paper_losses() -> None:
     """The four paper losses: what each trains on and with (appendix "LLM Training Details")."""
     table = {
         name: (s.data, s.optimizer, s.linear_in_policy, s.uses_reference, s.kl_weighted)
-        for name, s in losses.LOSS_SPECS.items()
+        for name, s in loss_registry.LOSS_SPECS.items()
     }
     assert table == {
         "sft": ("pairs", "adamw", True, False, False),
@@ -66,4 +75,4 @@ def test_specs_of_the_paper_losses() -> None:
         "reinforce": ("pairs", "adamw", False, True, True),
         "dpo": ("triples", "rmsprop", False, True, False),
     }
-    assert set(losses.LINEAR_IN_POLICY) == {losses.sft_loss}
+    assert set(loss_registry.LINEAR_IN_POLICY) == {losses.sft_loss}

@@ -13,20 +13,11 @@ import pytest
 from flax import nnx
 from jax.test_util import check_grads
 
-from llome_jax import losses
+from llome_jax import loss_inputs, loss_registry, losses
 from llome_jax.lm.logprobs import sequence_logprobs
-from llome_jax.losses import (
-    LOSSES,
-    LossBatch,
-    LossParams,
-    default_params,
-    dpo_loss,
-    marge_loss,
-    margin_reward,
-    reinforce_loss,
-    sft_loss,
-    weighted_mean,
-)
+from llome_jax.loss_inputs import LossBatch, LossParams, margin_reward
+from llome_jax.loss_registry import LOSSES, default_params
+from llome_jax.losses import dpo_loss, marge_loss, reinforce_loss, sft_loss, weighted_mean
 from llome_jax.testing import TinyCausalLM, TinyLMConfig
 from llome_jax.types import SeqLogProbs
 
@@ -579,9 +570,9 @@ def test_reinforce_is_policy_gradient_and_collapses_to_argmax():
 
 def test_registry():
     assert set(LOSSES) == {"sft", "dpo", "marge", "reinforce"}
-    assert losses.get_loss("marge") is marge_loss
+    assert loss_registry.get_loss("marge") is marge_loss
     with pytest.raises(ValueError, match="unknown loss"):
-        losses.get_loss("ppo")
+        loss_registry.get_loss("ppo")
     assert float(default_params("marge").kl_weight) == 10.0
     assert float(default_params("dpo").beta) == 0.4
     assert float(default_params("reinforce").stop_weight_gradient) == 1.0
@@ -594,5 +585,5 @@ def test_registry():
 def test_docstring_examples():
     import doctest
 
-    result = doctest.testmod(losses)
-    assert result.attempted >= 5 and result.failed == 0
+    results = [doctest.testmod(module) for module in (losses, loss_inputs)]
+    assert sum(r.attempted for r in results) >= 5 and sum(r.failed for r in results) == 0

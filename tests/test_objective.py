@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from llome_jax import Objective, cli, ehrlich, ga, ga_optimizer, rundir
+from llome_jax import Objective, cli, ehrlich, ga, ga_loop, ga_optimizer, rundir
 from llome_jax.lambo2 import optimizer as lambo2
 from llome_jax.llome import loop, presets
 from llome_jax.objective import load_objective
@@ -201,14 +201,14 @@ def test_ga_host_loop_equals_the_jitted_scan() -> None:
     key = jax.random.key(5)
     host = onemax()
     traced = onemax(evaluate=jax.jit(lambda x: (x == 3).sum(1).astype(jnp.float32)))
-    assert ga.on_host(host) and not ga.on_host(traced)
-    host_state, host_trace = ga.run(key, host, host.x0, 6, config)
-    jit_state, jit_trace = ga.run(key, traced, traced.x0, 6, config)
+    assert ga_loop.on_host(host) and not ga_loop.on_host(traced)
+    host_state, host_trace = ga_loop.run(key, host, host.x0, 6, config)
+    jit_state, jit_trace = ga_loop.run(key, traced, traced.x0, 6, config)
     _tree_equal((host_state, host_trace), (jit_state, jit_trace))
     # the values the GA recorded are OneMax's, recomputed independently from the populations
-    state, run_key = ga.start(key, host, host.x0, config)
+    state, run_key = ga_loop.start(key, host, host.x0, config)
     keys = jax.random.split(run_key, 6)
-    _, (_, populations, values) = ga.advance(state, keys, host, config, keep_populations=True)
+    _, (_, populations, values) = ga_loop.advance(state, keys, host, config, keep_populations=True)
     flat = np.asarray(populations).reshape(-1, 8)
     np.testing.assert_array_equal(np.asarray(values).reshape(-1), onemax_values(flat))
     assert float(host_trace.best_value[-1]) == onemax_values(flat).max()
@@ -217,9 +217,10 @@ def test_ga_host_loop_equals_the_jitted_scan() -> None:
     fn = ehrlich.resolve_function("Ehr(4,8)-1-2-2", 0)
     x0 = ehrlich.resolve_initial_solution("Ehr(4,8)-1-2-2", 0)
     on_host = Objective("ehr-host", 4, 8, lambda x: np.asarray(ehrlich.evaluate(fn, x)))
-    _tree_equal(ga.run(key, on_host, x0, 6, config), ga.run(key, fn, x0, 6, config))
+    _tree_equal(ga_loop.run(key, on_host, x0, 6, config), ga_loop.run(key, fn, x0, 6, config))
     _tree_equal(
-        ga.run(key, Objective.from_ehrlich(fn), x0, 6, config), ga.run(key, fn, x0, 6, config)
+        ga_loop.run(key, Objective.from_ehrlich(fn), x0, 6, config),
+        ga_loop.run(key, fn, x0, 6, config),
     )
 
 

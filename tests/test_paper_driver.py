@@ -1,34 +1,31 @@
-"""experiments/paper.py, the paper-figures driver: a tiny plan end to end, resume, skip,
-``--report-only``, ``--dry-run`` and bad arguments (GA runs only, so it stays fast)."""
+"""The paper-figures driver (:mod:`llome_jax.bench`, ``llome-jax paper``, ``experiments/paper.py``):
+a tiny plan end to end, resume, skip, ``--report-only``, ``--dry-run`` and bad arguments (GA runs
+only, so it stays fast)."""
 
 from __future__ import annotations
 
 import csv
 import dataclasses
-import importlib.util
 import json
 import pathlib
+import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from llome_jax.bench import cli, difficulty, execution, results
+from llome_jax.bench import figures as bench_figures
+from llome_jax.bench import report as bench_report
+from llome_jax.bench.plan import DEFAULT_METHODS, FIGURES, HALF, SCALES, RunSpec, build_plan
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def paper():
-    spec = importlib.util.spec_from_file_location("paper_driver", ROOT / "experiments" / "paper.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["paper_driver"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _tiny(paper, monkeypatch: pytest.MonkeyPatch) -> None:
+def _tiny(monkeypatch: pytest.MonkeyPatch) -> None:
     """The smoke scale on f2 only (fig. 1 with ``--methods GA`` is then one GA run)."""
-    tiny = dataclasses.replace(paper.SCALES["smoke"], functions=("f2",))
-    monkeypatch.setitem(paper.SCALES, "smoke", tiny)
+    tiny = dataclasses.replace(SCALES["smoke"], functions=("f2",))
+    monkeypatch.setitem(SCALES, "smoke", tiny)
 
 
 @pytest.mark.parametrize(
@@ -41,21 +38,19 @@ def _tiny(paper, monkeypatch: pytest.MonkeyPatch) -> None:
     ],
 )
 def test_bad_arguments_are_refused_clearly(
-    paper, argv: list[str], message: str, tmp_path: pathlib.Path, capsys
+    argv: list[str], message: str, tmp_path: pathlib.Path, capsys
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        paper.main([*argv, "--out", str(tmp_path / "out")])
+        cli.main([*argv, "--out", str(tmp_path / "out")])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
-def test_dry_run_lists_the_cpu_plan_and_writes_nothing(
-    paper, tmp_path: pathlib.Path, capsys
-) -> None:
-    assert paper.main(["--scale", "cpu", "--dry-run", "--out", str(tmp_path / "out")]) == 0
+def test_dry_run_lists_the_cpu_plan_and_writes_nothing(tmp_path: pathlib.Path, capsys) -> None:
+    assert cli.main(["--scale", "cpu", "--dry-run", "--out", str(tmp_path / "out")]) == 0
     text = capsys.readouterr().out
-    plan = paper.build_plan(paper.SCALES["cpu"], list(paper.DEFAULT_METHODS), list(paper.FIGURES))
+    plan = build_plan(SCALES["cpu"], list(DEFAULT_METHODS), list(FIGURES))
     lines = [line for line in text.splitlines() if line.startswith("  ") and "/" in line]
     assert len(lines) == len(plan)
     # 3 seeds on f2, 1 of each expensive method on f1, f3, f4; the GA everywhere 3 seeds
@@ -74,11 +69,56 @@ def test_dry_run_lists_the_cpu_plan_and_writes_nothing(
     assert not (tmp_path / "out").exists()
 
 
-def test_runs_patterns_pick_a_workers_share_of_the_plan(
-    paper, tmp_path: pathlib.Path, capsys
+def test_llome_jax_paper_is_the_same_command(tmp_path: pathlib.Path, capsys) -> None:
+    """``llome-jax paper`` (the CLI subcommand), ``cli.main`` and ``experiments/paper.py`` take
+    the same flags and print the same plan; a bad selection is the CLI's one-line error, exit 2,
+    before anything is written."""
+    from llome_jax.cli import main as llome_jax
+
+    argv = ["--scale", "cpu", "--dry-run", "--only", "1,9", "--out", str(tmp_path / "out")]
+    assert cli.main(argv) == 0
+    script = capsys.readouterr().out
+    assert llome_jax(["paper", *argv]) == 0
+    assert capsys.readouterr().out == script and "estimated total" in script
+    # the script is a thin entry point to the same code
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "experiments" / "paper.py"), *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert (done.returncode, done.stdout) == (0, script), done.stderr[-2000:]
+    assert llome_jax(["paper", "--only", "11", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("llome-jax paper: error: unknown figure '11'") and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_interrupted_plan_says_how_to_resume(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
+    """Ctrl-C or SIGTERM during the runs: one line saying that the same command resumes them
+    (the round driver stopped at a checkpoint), exit 130 / 143, no report written."""
+    from llome_jax.runner import Terminated
+
+    _tiny(monkeypatch)
+    argv = ["--scale", "smoke", "--only", "1", "--methods", "GA", "--out", str(tmp_path / "out")]
+    for stop, code in ((KeyboardInterrupt(), 130), (Terminated(), 143)):
+
+        def interrupted(*args, stop=stop, **kwargs):
+            raise stop
+
+        monkeypatch.setattr(execution, "run_one", interrupted)
+        assert cli.main([*argv, "--no-progress"]) == code
+        err = capsys.readouterr().err
+        assert "the same command resumes them" in err and err.count("\n") == 1
+        assert not (tmp_path / "out" / "report.md").exists()
+
+
+def test_runs_patterns_pick_a_workers_share_of_the_plan(tmp_path: pathlib.Path, capsys) -> None:
     argv = ["--scale", "cpu", "--dry-run", "--out", str(tmp_path / "out")]
-    assert paper.main([*argv, "--runs", "f2/LaMBO-2_*,f3/GA_seed1"]) == 0
+    assert cli.main([*argv, "--runs", "f2/LaMBO-2_*,f3/GA_seed1"]) == 0
     text = capsys.readouterr().out
     listed = [line.split()[0] for line in text.splitlines() if line.startswith("  ")]
     assert listed == [*(f"f2/LaMBO-2_seed{k}" for k in range(8)), "f3/GA_seed1"]
@@ -86,36 +126,36 @@ def test_runs_patterns_pick_a_workers_share_of_the_plan(
     hours = float(text.split("estimated total: ")[1].split(" h")[0])
     assert hours == pytest.approx(sum(minutes) / 60, abs=0.01)  # the share's cost, not the plan's
     with pytest.raises(SystemExit) as exit_info:
-        paper.main([*argv, "--runs", "f9/*"])
+        cli.main([*argv, "--runs", "f9/*"])
     assert exit_info.value.code == 2
     assert "matches none of the" in capsys.readouterr().err
 
 
 def test_a_run_another_process_holds_is_left_busy(
-    paper, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import fcntl
 
-    _tiny(paper, monkeypatch)
-    scale = paper.SCALES["smoke"]
-    (spec,) = paper.build_plan(scale, ["GA"], ["solver"])
+    _tiny(monkeypatch)
+    scale = SCALES["smoke"]
+    (spec,) = build_plan(scale, ["GA"], ["solver"])
     run_dir = tmp_path / "runs" / spec.name
     run_dir.mkdir(parents=True)
     with open(run_dir / ".lock", "a") as held:  # what a second worker's open run holds
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        assert paper.run_one(spec, scale, run_dir, progress=False) == "busy"
+        assert execution.run_one(spec, scale, run_dir, progress=False) == "busy"
     assert not (run_dir / "done.json").exists() and not (run_dir / "rounds.jsonl").exists()
-    assert paper.run_one(spec, scale, run_dir, progress=False) == "new"  # lock released
+    assert execution.run_one(spec, scale, run_dir, progress=False) == "new"  # lock released
     assert (run_dir / "done.json").exists()
 
 
 def test_workers_start_pinned_helpers_and_report_after_them(
-    paper, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     """``--workers 3`` on 4 cores: two helper processes of the same command (``--workers 1``,
     tagged), each given its own core, this process pinned to the first; the report is written
     after the helpers have finished (here stand-ins that run nothing). A helper pins itself."""
-    _tiny(paper, monkeypatch)
+    _tiny(monkeypatch)
     started, pinned, events = [], [], []
 
     class FakeHelper:
@@ -127,40 +167,53 @@ def test_workers_start_pinned_helpers_and_report_after_them(
             events.append("helper done")
             return 0
 
-    monkeypatch.setattr(paper, "_spawn", FakeHelper)
-    monkeypatch.setattr(paper, "_affinity", lambda: [4, 5, 6, 7])
-    monkeypatch.setattr(paper, "_pin", lambda core: pinned.append({core}))
-    real_report = paper.write_report
+    monkeypatch.setattr(cli, "_spawn", FakeHelper)
+    monkeypatch.setattr(cli, "_affinity", lambda: [4, 5, 6, 7])
+    monkeypatch.setattr(cli, "_pin", lambda core: pinned.append({core}))
+    real_report = bench_report.write_report
     monkeypatch.setattr(
-        paper, "write_report", lambda *a: (events.append("report"), real_report(*a))[1]
+        bench_report, "write_report", lambda *a: (events.append("report"), real_report(*a))[1]
     )
     out = tmp_path / "paper"
     argv = ["--scale", "smoke", "--only", "1", "--methods", "GA", "--workers", "3"]
-    assert paper.main([*argv, "--out", str(out), "--no-progress"]) == 0
+    assert cli.main([*argv, "--out", str(out), "--no-progress"]) == 0
     assert len(started) == 2
     for k, command in enumerate(started, start=1):
-        assert command[1].endswith("paper.py")
-        assert command[2:] == [
-            "--scale", "smoke", "--only", "1", "--methods", "GA", "--out", str(out),
-            "--no-progress", "--workers", "1", "--worker-tag", f"w{k} ", "--pin-core", str(4 + k),
-        ]  # fmt: skip
+        assert command[:4] == [sys.executable, *cli.ENTRY]  # python -m llome_jax.cli paper
+        assert command[4:] == [
+            "--scale",
+            "smoke",
+            "--out",
+            str(out),
+            "--only",
+            "1",
+            "--methods",
+            "GA",
+            "--no-progress",
+            "--workers",
+            "1",
+            "--worker-tag",
+            f"w{k} ",
+            "--pin-core",
+            str(4 + k),
+        ]  # fmt: skip  (the same selection, rebuilt from the parsed flags)
     assert pinned == [{4}]  # this process; each helper pins itself to the core it is given
     assert events == ["helper done", "helper done", "report"]
     assert "f2/GA_seed0: new" in capsys.readouterr().out
     pinned.clear()
-    assert paper.main(["--scale", "smoke", "--only", "1", "--methods", "GA", "--out", str(out),
+    assert cli.main(["--scale", "smoke", "--only", "1", "--methods", "GA", "--out", str(out),
                        "--no-progress", "--worker-tag", "w1 ", "--pin-core", "6"]) == 0  # fmt: skip
     assert pinned == [{6}] and "w1 [1/1] f2/GA_seed0: skipped" in capsys.readouterr().out
     with pytest.raises(SystemExit):
-        paper.main(["--workers", "0", "--out", str(tmp_path / "x")])
+        cli.main(["--workers", "0", "--out", str(tmp_path / "x")])
 
 
 def test_tiny_plan_runs_resumes_skips_and_redraws(
-    paper, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     from llome_jax import ga_optimizer
 
-    _tiny(paper, monkeypatch)
+    _tiny(monkeypatch)
     out = tmp_path / "paper"
     argv = [
         "--scale",
@@ -174,14 +227,14 @@ def test_tiny_plan_runs_resumes_skips_and_redraws(
         "--no-progress",
     ]
     # an interrupted run: round 0 only, no done.json; the driver must resume it
-    scale = paper.SCALES["smoke"]
-    (spec,) = paper.build_plan(scale, ["GA"], ["solver"])
+    scale = SCALES["smoke"]
+    (spec,) = build_plan(scale, ["GA"], ["solver"])
     run_dir = out / "runs" / spec.name
-    cfg = paper._ga_config(spec, scale, paper._llome_config(spec, scale))
+    cfg = execution.ga_config(spec, scale, execution.llome_config(spec, scale))
     ga_optimizer.run(cfg, run_dir, progress=False, max_rounds_this_call=0)
     assert not (run_dir / "done.json").exists()
 
-    assert paper.main(argv) == 0
+    assert cli.main(argv) == 0
     assert "f2/GA_seed0: resumed" in capsys.readouterr().out
     rounds = [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rounds] == list(range(cfg.rounds + 1))
@@ -208,7 +261,7 @@ def test_tiny_plan_runs_resumes_skips_and_redraws(
     )
     assert (
         f"Label accounting of this figure's runs: `{accounting}` "
-        f"({paper.ACCOUNTING_TEXT[accounting]}): 1 run." in report
+        f"({results.ACCOUNTING_TEXT[accounting]}): 1 run." in report
     )
     assert (out / "solver.png").stat().st_size > 0
     # the information contract, checked on the run's evaluated.csv (round 0 included)
@@ -229,34 +282,34 @@ def test_tiny_plan_runs_resumes_skips_and_redraws(
 
     # a second invocation skips the finished run and writes the same CSV, byte for byte
     first = (out / "solver.csv").read_bytes()
-    assert paper.main(argv) == 0
+    assert cli.main(argv) == 0
     assert "f2/GA_seed0: skipped" in capsys.readouterr().out
     assert (out / "solver.csv").read_bytes() == first
 
     # --report-only redraws from the run directories without running anything
     (out / "solver.csv").unlink()
     (out / "report.md").unlink()
-    assert paper.main([*argv, "--report-only"]) == 0
+    assert cli.main([*argv, "--report-only"]) == 0
     assert "f2/GA_seed0" not in capsys.readouterr().out
     assert (out / "solver.csv").read_bytes() == first
     assert (out / "report.md").exists()
 
 
 def test_a_partial_run_is_listed_but_never_counted(
-    paper, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An interrupted run (round 0 only, no ``done.json``) appears in the report's status table as
     partial; the figures count finished runs only, so solver.csv has no row for it."""
     from llome_jax import ga_optimizer
 
-    _tiny(paper, monkeypatch)
+    _tiny(monkeypatch)
     out = tmp_path / "paper"
-    scale = paper.SCALES["smoke"]
-    (spec,) = paper.build_plan(scale, ["GA"], ["solver"])
-    cfg = paper._ga_config(spec, scale, paper._llome_config(spec, scale))
+    scale = SCALES["smoke"]
+    (spec,) = build_plan(scale, ["GA"], ["solver"])
+    cfg = execution.ga_config(spec, scale, execution.llome_config(spec, scale))
     ga_optimizer.run(cfg, out / "runs" / spec.name, progress=False, max_rounds_this_call=0)
     argv = ["--scale", "smoke", "--only", "1", "--methods", "ga", "--out", str(out)]
-    assert paper.main([*argv, "--report-only", "--no-progress"]) == 0
+    assert cli.main([*argv, "--report-only", "--no-progress"]) == 0
     with open(out / "solver.csv", newline="") as stream:
         assert list(csv.DictReader(stream)) == []
     report = (out / "report.md").read_text()
@@ -269,15 +322,15 @@ def test_a_partial_run_is_listed_but_never_counted(
     assert int(row["labels"]) == round0["num_evaluations"] > 0
 
 
-def test_early_stops_name_the_runs_short_of_the_budget(paper, tmp_path: pathlib.Path) -> None:
+def test_early_stops_name_the_runs_short_of_the_budget(tmp_path: pathlib.Path) -> None:
     """Figure 8 says which runs stopped before the budget and why (on the half-quantised f2 the
     GA's labels are all 0, so LLOME has no training pairs and stops after round 0)."""
-    scale = paper.SCALES["cpu"]
-    ctx = paper.Context(tmp_path, scale, "cpu", [], {})
+    scale = SCALES["cpu"]
+    ctx = results.Context(tmp_path, scale, "cpu", [], {})
     budget = ctx.budget
 
     def spec(method: str, seed: int):
-        return paper.RunSpec(method, "llome", paper.HALF, seed, None, ("half_quant",))
+        return RunSpec(method, "llome", HALF, seed, None, ("half_quant",))
 
     selected = {}
     for seed in (0, 1):  # two LLOME-SFT runs that stopped after round 0 with the same reason
@@ -287,24 +340,24 @@ def test_early_stops_name_the_runs_short_of_the_budget(paper, tmp_path: pathlib.
     # a run of all 10 rounds is not listed, even when its rounds labelled fewer than j each
     full = spec("LLOME-MargE", 0)
     selected[full] = [{"round": 10, "num_evaluations": budget - 1_500}]
-    assert paper._early_stops(ctx, selected) == (
+    assert results.early_stops(ctx, selected) == (
         "LLOME-SFT: 2 runs after round 0 (no training pairs)"
     )
-    assert paper._early_stops(ctx, {full: selected[full]}) == ""
+    assert results.early_stops(ctx, {full: selected[full]}) == ""
 
 
 def test_hypervolumes_are_compared_on_the_functions_every_method_has(
-    paper, tmp_path: pathlib.Path
+    tmp_path: pathlib.Path,
 ) -> None:
     """The GA ran on f1 too, the others on f2 only: the verdict must compare f2 with f2. Regret
     curves are flat from 10K labels, so each hypervolume is regret x 20 (K labels) by hand."""
-    scale = paper.SCALES["cpu"]
-    ctx = paper.Context(tmp_path, scale, "cpu", [], {})
+    scale = SCALES["cpu"]
+    ctx = results.Context(tmp_path, scale, "cpu", [], {})
     budget = ctx.budget
     assert budget == 20_000  # labels after round 0: the paper's 30K minus its 10K GA labels
 
     def run(method: str, function: str, regret: float):
-        spec = paper.RunSpec(method, "x", function, 0, None, ("difficulty_pareto",))
+        spec = RunSpec(method, "x", function, 0, None, ("difficulty_pareto",))
         return spec, [
             {"num_evaluations": 10_000, "min_regret": regret},
             {"num_evaluations": 10_000 + budget, "min_regret": regret},
@@ -313,7 +366,7 @@ def test_hypervolumes_are_compared_on_the_functions_every_method_has(
     regrets = {"GA": 0.9, "LaMBO-2": 0.6, "LLOME-SFT": 0.5, "LLOME-MargE": 0.4, "LLOME-DPO": 0.5}
     ctx.runs.update(run(m, "f2", r) for m, r in regrets.items())
     ctx.runs.update([run("GA", "f1", 0.0)])  # pooled, the GA's mean would be 9, below LaMBO-2
-    text, found = paper.figure_difficulty_pareto(ctx)
+    text, found = bench_figures.figure_difficulty_pareto(ctx)
     assert "| GA | 2 | 9.000 | f1, f2 | 18.000 |" in text
     assert "| LaMBO-2 | 1 | 12.000 | f2 | 12.000 |" in text
     verdicts = {v.claim: v for v in found}
@@ -406,23 +459,23 @@ def _write_run(out: pathlib.Path, spec, rounds: int, accounting: str = "every_ev
 
 
 def test_report_from_hand_made_runs_has_one_verdict_per_claim(
-    paper, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The cpu plan written by hand (rounds.jsonl, config.json, candidate logs): every figure is
     drawn, every sub-claim has its own line, and the six points of issue 34 hold: f2's claims
     are not hidden, LLOME's feasibility is measured before the Filter, calibration is over
     feasible candidates (both halves), a LLOME that never trained is not comparable, the model-size
     claims use one quantisation level, and mixed label accounting is not comparable."""
-    scale = paper.SCALES["cpu"]
-    plan = paper.build_plan(scale, list(paper.DEFAULT_METHODS), list(paper.FIGURES))
+    scale = SCALES["cpu"]
+    plan = build_plan(scale, list(DEFAULT_METHODS), list(FIGURES))
     out = tmp_path / "paper"
     for spec in plan:
         _write_run(out, spec, scale.rounds)
-    paper.write_report(out, "cpu", scale, plan, list(paper.FIGURES), 0.0)
+    bench_report.write_report(out, "cpu", scale, plan, list(FIGURES), 0.0)
     report = (out / "report.md").read_text()
     assert "Not available" not in report
     # every figure's plot is embedded in its section, where a reader sees it
-    for key, title in paper.FIGURES.items():
+    for key, title in FIGURES.items():
         assert f"![{title}]({key}.png)" in report
     assert "](sft_marge_calibration.png)" in report
     verdicts = {}
@@ -486,13 +539,13 @@ def test_report_from_hand_made_runs_has_one_verdict_per_claim(
     assert {float(r["frac_feasible"]) for r in rows} == {0.3}  # the log, not the record's 0.95
 
     # a GA recorded before num_proposals measured uniqueness on its de-duplicated archive
-    ctx = paper.Context(out, scale, "cpu", plan, {})
+    ctx = results.Context(out, scale, "cpu", plan, {})
     for spec in plan:
-        records = paper._rounds(out / "runs" / spec.name)
+        records = results.read_rounds(out / "runs" / spec.name)
         if spec.method == "GA":
             records = [{k: v for k, v in r.items() if k != "num_proposals"} for r in records]
         ctx.runs[spec] = records
-    _, found = paper.figure_diversity(ctx)
+    _, found = bench_figures.figure_diversity(ctx)
     found = {v.claim: v.verdict for v in found}
     assert found["LaMBO-2 produces the most diverse sequences"] == "not comparable"
     assert found["LLOME-DPO improves neither diversity nor feasibility"] == "agree"
@@ -504,7 +557,7 @@ def test_report_from_hand_made_runs_has_one_verdict_per_claim(
     (out / "runs" / ga.name / "evaluated.csv").write_text(
         'round,sequence,value\n0,"1,2",0.5\n1,"2,1",0.25\n1,"1,2",0.5\n'
     )
-    paper.write_report(out, "cpu", scale, plan, ["solver"], 0.0)
+    bench_report.write_report(out, "cpu", scale, plan, ["solver"], 0.0)
     report = (out / "report.md").read_text()
     finished = report.count("| finished |")
     assert (
@@ -523,25 +576,25 @@ def test_report_from_hand_made_runs_has_one_verdict_per_claim(
     def broken(ctx):
         raise ValueError("no runs")
 
-    monkeypatch.setitem(paper.FIGURE_FUNCTIONS, "solver", broken)
-    paper.write_report(out, "cpu", scale, plan, ["solver"], 0.0)
+    monkeypatch.setitem(bench_figures.FIGURE_FUNCTIONS, "solver", broken)
+    bench_report.write_report(out, "cpu", scale, plan, ["solver"], 0.0)
     report = (out / "report.md").read_text()
     assert "Not available: ValueError: no runs" in report and "](solver.png)" not in report
 
 
-def _job_argv(paper, line: str) -> list[str]:
-    """A printed job line -> the arguments of ``paper.main``, after checking that it is a
+def _job_argv(line: str) -> list[str]:
+    """A printed job line -> the arguments of ``cli.main``, after checking that it is a
     complete command naming this interpreter and the script by absolute paths."""
     import shlex
 
     words = shlex.split(line)
     assert words[0] == sys.executable and pathlib.Path(words[0]).is_absolute()
-    assert pathlib.Path(words[1]) == ROOT / "experiments" / "paper.py"
-    return words[2:]
+    assert words[1:4] == list(cli.ENTRY)  # -m llome_jax.cli paper: the installed package
+    return words[4:]
 
 
 def test_print_jobs_gives_one_self_contained_command_per_run(
-    paper, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     """``--print-jobs`` prints one command per planned run (14 at smoke scale), the difficulty
     sweep's, and last the report's; replaying a run command (from another working directory,
@@ -550,9 +603,9 @@ def test_print_jobs_gives_one_self_contained_command_per_run(
     Filters (``--only``, ``--methods``, ``--runs``) carry over into the commands."""
     out = tmp_path / "out"
     monkeypatch.chdir(tmp_path)
-    assert paper.main(["--scale", "smoke", "--out", "out", "--print-jobs"]) == 0
+    assert cli.main(["--scale", "smoke", "--out", "out", "--print-jobs"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    plan = paper.build_plan(paper.SCALES["smoke"], list(paper.DEFAULT_METHODS), list(paper.FIGURES))
+    plan = build_plan(SCALES["smoke"], list(DEFAULT_METHODS), list(FIGURES))
     assert len(plan) == 14 and len(lines) == len(plan) + 2
     assert not out.exists()  # printing writes nothing
 
@@ -560,50 +613,50 @@ def test_print_jobs_gives_one_self_contained_command_per_run(
     reports: list[pathlib.Path] = []
     sweeps: list[pathlib.Path] = []
     monkeypatch.setattr(
-        paper, "run_one", lambda spec, scale, path, progress: calls.append((spec.name, path))
+        execution, "run_one", lambda spec, scale, path, progress: calls.append((spec.name, path))
     )
-    monkeypatch.setattr(paper, "run_difficulty", lambda scale, path: sweeps.append(path))
-    monkeypatch.setattr(paper, "write_report", lambda out, *rest: reports.append(out))
+    monkeypatch.setattr(difficulty, "run_difficulty", lambda scale, path: sweeps.append(path))
+    monkeypatch.setattr(bench_report, "write_report", lambda out, *rest: reports.append(out))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # the commands are cd-independent
     for spec, line in zip(plan, lines, strict=False):
-        argv = _job_argv(paper, line)
+        argv = _job_argv(line)
         assert argv[argv.index("--out") + 1] == str(out) and "--no-report" in argv
         calls.clear()
-        assert paper.main(argv) == 0
+        assert cli.main(argv) == 0
         assert calls == [(spec.name, out / "runs" / spec.name)]  # exactly this run
     assert reports == [] and sweeps == []
-    argv = _job_argv(paper, lines[-2])  # the sweep, by itself
-    assert paper.main(argv) == 0 and not calls[1:] and sweeps == [out / "runs" / "ga_difficulty"]
+    argv = _job_argv(lines[-2])  # the sweep, by itself
+    assert cli.main(argv) == 0 and not calls[1:] and sweeps == [out / "runs" / "ga_difficulty"]
     calls.clear()
-    argv = _job_argv(paper, lines[-1])
+    argv = _job_argv(lines[-1])
     assert "--report-only" in argv and "--runs" not in argv
-    assert paper.main(argv) == 0
+    assert cli.main(argv) == 0
     assert calls == [] and reports == [out]
 
     capsys.readouterr()
     argv = ["--scale", "smoke", "--out", str(out), "--only", "1", "--methods", "GA,LaMBO-2"]
-    assert paper.main([*argv, "--runs", "f2/*", "--print-jobs"]) == 0
+    assert cli.main([*argv, "--runs", "f2/*", "--print-jobs"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3  # f2's GA and LaMBO-2 (one smoke seed), then the report
-    assert [_job_argv(paper, line)[-2] for line in lines[:2]] == ["f2/GA_seed0", "f2/LaMBO-2_seed0"]
+    assert [_job_argv(line)[-2] for line in lines[:2]] == ["f2/GA_seed0", "f2/LaMBO-2_seed0"]
     for line in lines:
         assert "--only solver --methods GA,LaMBO-2" in line
     with pytest.raises(SystemExit) as exit_info:
-        paper.main([*argv, "--print-jobs", "--dry-run"])
+        cli.main([*argv, "--print-jobs", "--dry-run"])
     assert exit_info.value.code == 2
 
 
 def test_a_run_is_given_the_label_budget_and_a_round_cap(
-    paper, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Equal budgets: every run is started with ``budget`` = rounds x j labels after round 0
     (the round driver ends it there exactly) and a cap of ``MAX_ROUNDS_FACTOR`` x rounds rounds
     (an LLOME round pays fewer than j when few candidates are valid); a finished run is skipped."""
-    scale = dataclasses.replace(paper.SCALES["smoke"], rounds=3)
-    (spec,) = paper.build_plan(scale, ["LLOME-MargE"], ["solver"])[:1]
-    j = paper._llome_config(spec, scale).filter.num_selected
+    scale = dataclasses.replace(SCALES["smoke"], rounds=3)
+    (spec,) = build_plan(scale, ["LLOME-MargE"], ["solver"])[:1]
+    j = execution.llome_config(spec, scale).filter.num_selected
     asked: list[tuple[int, int, int]] = []
 
     def fake_run(spec, scale, llome_cfg, path, options):
@@ -613,22 +666,22 @@ def test_a_run_is_given_the_label_budget_and_a_round_cap(
         asked.append((options["budget"], scale.rounds, llome_cfg.rounds))
         return type("Result", (), {"stop_reason": ""})()
 
-    monkeypatch.setattr(paper, "_run_kind", fake_run)
+    monkeypatch.setattr(execution, "run_kind", fake_run)
     run_dir = tmp_path / "runs" / spec.name
-    assert paper.run_one(spec, scale, run_dir, progress=False) == "new"
+    assert execution.run_one(spec, scale, run_dir, progress=False) == "new"
     assert asked == [(3 * j, 6, 6)]
-    assert paper.run_one(spec, scale, run_dir, progress=False) == "skipped"
+    assert execution.run_one(spec, scale, run_dir, progress=False) == "skipped"
     assert len(asked) == 1
 
 
 def test_a_run_stopped_after_round_0_is_final(
-    paper, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """LLOME stops after round 0 when the labels hold no training pair (every f = 0, as on
     Ehr(32,32)-4-4-2): ``rounds.jsonl`` has round 0 only and ``stopped.json`` says why. The run
     is short of its budget, but a rerun of the driver skips it instead of resuming it."""
-    scale = dataclasses.replace(paper.SCALES["smoke"], rounds=3)
-    (spec,) = paper.build_plan(scale, ["LLOME-MargE"], ["solver"])[:1]
+    scale = dataclasses.replace(SCALES["smoke"], rounds=3)
+    (spec,) = build_plan(scale, ["LLOME-MargE"], ["solver"])[:1]
     calls: list[int] = []
 
     def fake_run(spec, scale, llome_cfg, path, options):
@@ -641,10 +694,10 @@ def test_a_run_stopped_after_round_0_is_final(
         calls.append(scale.rounds)
         return type("Result", (), {"stop_reason": "the labelled set yields no training pairs"})()
 
-    monkeypatch.setattr(paper, "_run_kind", fake_run)
+    monkeypatch.setattr(execution, "run_kind", fake_run)
     run_dir = tmp_path / "runs" / spec.name
-    assert paper.run_one(spec, scale, run_dir, progress=False) == "new"
-    assert paper.run_one(spec, scale, run_dir, progress=False) == "skipped"
+    assert execution.run_one(spec, scale, run_dir, progress=False) == "new"
+    assert execution.run_one(spec, scale, run_dir, progress=False) == "skipped"
     assert calls == [6]  # the round cap, MAX_ROUNDS_FACTOR x rounds
 
 

@@ -15,9 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from llome_jax import cli, ehrlich, ga
-from llome_jax.llome import pretrain
-from llome_jax.llome.pretrain import MIN_INSTANCE_SEED, PretrainConfig
+from llome_jax import cli, ehrlich, ga_loop
+from llome_jax.llome import pretrain, pretrain_config, pretrain_data
+from llome_jax.llome.pretrain_config import MIN_INSTANCE_SEED, PretrainConfig
 from llome_jax.llome.runtime import named_key
 
 
@@ -36,7 +36,7 @@ def _leaves_equal(a: object, b: object) -> bool:
 
 @pytest.fixture(scope="module")
 def smoke() -> PretrainConfig:
-    return pretrain.preset("smoke")
+    return pretrain_config.preset("smoke")
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_seeds_below_one_million_are_refused() -> None:
         with pytest.raises(ValueError, match="kept for evaluation"):
             PretrainConfig(first_instance_seed=seed)
     with pytest.raises(ValueError, match="kept for evaluation"):
-        pretrain.preset("smoke", first_instance_seed=999_999)
+        pretrain_config.preset("smoke", first_instance_seed=999_999)
     ok = PretrainConfig(first_instance_seed=MIN_INSTANCE_SEED, num_instances=3)
     assert ok.instance_seeds == [1_000_000, 1_000_001, 1_000_002]
     with pytest.raises(ValueError, match="32-bit"):
@@ -85,36 +85,38 @@ def test_defaults_are_the_cpu_presets_model_and_round_one_training() -> None:
 def test_balanced_subset_gives_each_value_level_its_share() -> None:
     key = jax.random.key(3)
     values = np.array([0.25] * 90 + [0.5] * 10, np.float32)
-    rows = pretrain.balanced_subset(key, values, 20)
+    rows = pretrain_data.balanced_subset(key, values, 20)
     assert rows.size == 20 and np.all(np.diff(rows) > 0)
     assert np.sum(values[rows] == 0.5) == 10 and np.sum(values[rows] == 0.25) == 10
     # a small group is taken whole, the rest shared by the others
     values = np.array([0.0] * 50 + [0.25] * 40 + [1.0] * 2, np.float32)
-    rows = pretrain.balanced_subset(key, values, 30)
+    rows = pretrain_data.balanced_subset(key, values, 30)
     counts = {v: int(np.sum(values[rows] == v)) for v in (0.0, 0.25, 1.0)}
     assert counts == {0.0: 14, 0.25: 14, 1.0: 2}
-    assert np.array_equal(pretrain.balanced_subset(key, values, None), np.arange(values.size))
-    assert not np.array_equal(rows, pretrain.balanced_subset(jax.random.key(4), values, 30))
+    assert np.array_equal(pretrain_data.balanced_subset(key, values, None), np.arange(values.size))
+    assert not np.array_equal(rows, pretrain_data.balanced_subset(jax.random.key(4), values, 30))
 
 
 # ---------------------------------------------------------------------------------------------
-# Data generation: one vmapped GA call per chunk, equal to a Python loop over ga.run_archive
+# Data generation: one vmapped GA call per chunk, equal to a Python loop over ga_loop.run_archive
 # ---------------------------------------------------------------------------------------------
 def test_data_generation_is_vmapped_and_equals_a_loop(
     smoke: PretrainConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cfg = smoke.replace(instances_per_call=2)  # 3 instances: a full chunk and a padded one
-    fns, x0s = pretrain.make_instances(cfg)
+    fns, x0s = pretrain_data.make_instances(cfg)
     for seed, fn, x0 in zip(cfg.instance_seeds, fns, x0s):
         expected = ehrlich.resolve_function(cfg.function, seed)
         assert _leaves_equal(fn, expected)
         assert np.array_equal(x0, ehrlich.resolve_initial_solution(cfg.function, seed))
     key = jax.random.key(11)
-    keys = pretrain.instance_keys(named_key(key, "ga"), cfg.instance_seeds)  # generate_data's
+    keys = pretrain_data.instance_keys(named_key(key, "ga"), cfg.instance_seeds)  # generate_data's
     stacked = jax.tree.map(lambda *a: jnp.stack(a), *fns)
-    archives = pretrain.ga_archives(keys, stacked, jnp.asarray(x0s), cfg.ga_generations, cfg.ga)
+    archives = pretrain_data.ga_archives(
+        keys, stacked, jnp.asarray(x0s), cfg.ga_generations, cfg.ga
+    )
     for i in range(cfg.num_instances):
-        loop = ga.run_archive(keys[i], fns[i], x0s[i], cfg.ga_generations, cfg.ga)
+        loop = ga_loop.run_archive(keys[i], fns[i], x0s[i], cfg.ga_generations, cfg.ga)
         one = jax.tree.map(lambda leaf, i=i: leaf[i], archives)
         assert int(one.count) == int(loop.count)
         n = int(loop.count)
@@ -126,14 +128,14 @@ def test_data_generation_is_vmapped_and_equals_a_loop(
     )
 
     calls: list[int] = []
-    vmapped = pretrain.ga_archives
+    vmapped = pretrain_data.ga_archives
 
     def counting(keys, fns, x0s, num_generations, config):
         calls.append(int(keys.shape[0]))
         return vmapped(keys, fns, x0s, num_generations, config)
 
-    monkeypatch.setattr(pretrain, "ga_archives", counting)
-    data = pretrain.generate_data(key, cfg)
+    monkeypatch.setattr(pretrain_data, "ga_archives", counting)
+    data = pretrain_data.generate_data(key, cfg)
     assert calls == [2, 2]  # two jitted calls over instances, the second padded
     assert len(data) == int(data.num_pairs.sum()) > 0
     assert np.all(data.num_pairs <= cfg.max_pairs_per_instance)
@@ -178,7 +180,7 @@ def test_run_directory_files(smoke: PretrainConfig, full: pretrain.PretrainResul
     weights_bytes = (full.weights / "model.safetensors").read_bytes()
     assert info["sha256"] == {"model.safetensors": hashlib.sha256(weights_bytes).hexdigest()}
     summary = json.loads((path / "summary.json").read_text())
-    pool = pretrain.PretrainData.load(path / pretrain.DATA_FILE)
+    pool = pretrain_data.PretrainData.load(path / pretrain.DATA_FILE)
     assert info["num_pairs"] == len(pool) == summary["num_pairs"] > 0
     assert (info["steps"], info["seed"]) == (smoke.max_steps, smoke.seed)
     tail = losses[-summary["steps_per_epoch"] :]
@@ -263,8 +265,8 @@ def test_weights_load_through_the_llome_weights_path(
     from llome_jax.lm import convert
 
     rt = Runtime.build(preset("smoke", weights=str(full.weights)))
-    trained_rt = Runtime.build(pretrain.loop_config(smoke))
-    data = pretrain.PretrainData.load(full.path / pretrain.DATA_FILE)
+    trained_rt = Runtime.build(pretrain_config.loop_config(smoke))
+    data = pretrain_data.PretrainData.load(full.path / pretrain.DATA_FILE)
     ids, _, amask = trained_rt.codec.encode_pairs(data.inputs[:8], data.targets[:8])
     loaded_ids, _, _ = rt.codec.encode_pairs(data.inputs[:8], data.targets[:8])
     np.testing.assert_array_equal(loaded_ids, ids)
@@ -287,16 +289,16 @@ def test_marge_pretraining_scores_the_initial_model_as_reference(
 ) -> None:
     """MargE (a loss with a reference): two steps run, and the batch's reference log-probs are
     the initial model's on exactly those rows."""
+    from llome_jax.dataset_logprobs import compute_logprobs
     from llome_jax.llome.runtime import Runtime, initial_params
-    from llome_jax.train import compute_logprobs
 
     cfg = smoke.replace(loss="marge", max_steps=2, checkpoint_every=1)
     result = pretrain.run(cfg, tmp_path / "marge", progress=False, log=lambda _: None)
     rows = (tmp_path / "marge" / "losses.csv").read_text().splitlines()[1:]
     assert len(rows) == 2 and all(np.isfinite(float(r.split(",")[1])) for r in rows)
-    rt = Runtime.build(pretrain.loop_config(cfg))
+    rt = Runtime.build(pretrain_config.loop_config(cfg))
     assert not _leaves_equal(result.params, initial_params(rt.model))
-    data = pretrain.PretrainData.load(full.path / pretrain.DATA_FILE)
+    data = pretrain_data.PretrainData.load(full.path / pretrain.DATA_FILE)
     batches = pretrain._Batches(jax.random.key(0), rt, cfg, data)
     batch = batches(0, initial_params(rt.model))
     units = batches.units(0)

@@ -21,7 +21,7 @@ def test_unknown_prior_is_a_clear_error() -> None:
 
 
 def test_the_prior_was_pretrained_on_other_instances_of_f2s_configuration() -> None:
-    from llome_jax.llome.pretrain import MIN_INSTANCE_SEED
+    from llome_jax.llome.pretrain_config import MIN_INSTANCE_SEED
 
     info = json.loads((priors.resolve("prior:" + priors.DEFAULT) / "pretrain.json").read_text())
     assert info["function"] == "Ehr(32,32)-4-4-4"
@@ -56,15 +56,15 @@ def test_the_prior_predicts_improving_edits_on_an_unseen_instance(function, prio
     (never pretrained on) of the prior's configuration: the prior vs the ``cpu`` preset's
     untrained model. Copying the input alone is worth about ``log(1/32)`` per changed state;
     a random model is near ``log(1/vocab)`` on every token."""
-    from llome_jax import ehrlich, ga
+    from llome_jax import ehrlich, ga, ga_loop
+    from llome_jax.dataset_logprobs import compute_logprobs
     from llome_jax.llome.data import propen_pairs
     from llome_jax.llome.presets import preset
     from llome_jax.llome.runtime import Runtime
-    from llome_jax.train import compute_logprobs
 
     fn = ehrlich.resolve_function(function, 5)
     x0 = ehrlich.resolve_initial_solution(function, 5)
-    archive = ga.run_archive(jax.random.key(0), fn, x0, 3, ga.GAConfig(num_particles=300))
+    archive = ga_loop.run_archive(jax.random.key(0), fn, x0, 3, ga.GAConfig(num_particles=300))
     sequences, values, _ = archive.to_numpy()
     pairs = propen_pairs(jax.random.key(1), sequences, values)
     x, y = pairs.gather(sequences)

@@ -75,7 +75,7 @@ def _forward(model: Pythia, ids, mask=None, pos=None):
 
 def test_golden_fixture_logits_match_transformers():
     """Committed transformers logits (scripts/make_pythia_fixture.py) for a perturbed checkpoint."""
-    model = pythia.from_pretrained(FIXTURE)
+    model = convert.from_pretrained(FIXTURE)
     assert model.config.rotary_pct == 0.5 and model.config.vocab_size == 96
     ids = np.load(FIXTURE / "input_ids.npy")
     mask = np.load(FIXTURE / "attention_mask.npy")
@@ -90,7 +90,7 @@ def test_golden_fixture_greedy_generation():
     from llome_jax.lm.sample import SampleConfig, generate
     from llome_jax.train import position_ids_from_mask
 
-    model = pythia.from_pretrained(FIXTURE)
+    model = convert.from_pretrained(FIXTURE)
     ids = np.load(FIXTURE / "input_ids.npy")
     mask = np.load(FIXTURE / "attention_mask.npy")
     greedy = json.loads((FIXTURE / "greedy.json").read_text())
@@ -296,15 +296,11 @@ def test_sharded_forward_equals_single_device():
 
 def test_train_step_contract_sft():
     """``llome_jax.train.make_train_step`` works with Pythia unchanged and lowers the SFT loss."""
-    from llome_jax.losses import LOSSES, LossParams
+    from llome_jax.loss_inputs import LossParams
+    from llome_jax.loss_registry import LOSSES
     from llome_jax.testing import toy_token_batch
-    from llome_jax.train import (
-        OptimizerConfig,
-        TrainBatch,
-        init_train_state,
-        make_optimizer,
-        make_train_step,
-    )
+    from llome_jax.train import TrainBatch, init_train_state, make_train_step
+    from llome_jax.train_optimizer import OptimizerConfig, make_optimizer
 
     model = _perturbed(_tiny(vocab=64))
     opt = make_optimizer(OptimizerConfig(learning_rate=3e-3, total_steps=10, weight_decay=0.0))

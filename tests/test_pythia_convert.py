@@ -16,7 +16,7 @@ from flax import nnx
 from safetensors.numpy import save_file
 
 from llome_jax import cli
-from llome_jax.lm import convert, pythia
+from llome_jax.lm import convert
 from llome_jax.lm.convert import CheckpointFormatError
 from llome_jax.lm.pythia import Pythia, PythiaConfig
 
@@ -155,7 +155,7 @@ def test_live_parity_with_transformers(tmp_path, layout, hf_kwargs):
         state = torch_model.state_dict()
         assert "lm_head.weight" in state
         torch.save(state, d / "pytorch_model.bin")
-    model = pythia.from_pretrained(d)
+    model = convert.from_pretrained(d)
     assert model.config.use_parallel_residual == hf_config["use_parallel_residual"]
     assert model.config.rotary_emb_base == theta
     ids, mask = _batch(61, seed=len(layout))
@@ -198,7 +198,7 @@ def test_hf_dir_round_trip_and_orbax_conversion(tmp_path):
     )
     ids, mask = _batch(53)
     ref = np.asarray(_forward(model, jnp.asarray(ids), jnp.asarray(mask)))
-    loaded = pythia.from_pretrained(hf)
+    loaded = convert.from_pretrained(hf)
     # Bitwise: a lossless round trip gives the same float32 weights, run through the same program
     # on the same inputs (no reduction is reordered), so any difference is a conversion error.
     np.testing.assert_array_equal(np.asarray(_forward(loaded, ids, mask)), ref)
@@ -207,11 +207,11 @@ def test_hf_dir_round_trip_and_orbax_conversion(tmp_path):
     (hf / "tokenizer.json").write_text("{}")
     assert cli.main(["convert-pythia", str(hf), str(out)]) == 0
     assert (out / "llome_pythia.json").is_file() and (out / "tokenizer.json").is_file()
-    restored = pythia.from_pretrained(out)
+    restored = convert.from_pretrained(out)
     assert restored.config == model.config
     np.testing.assert_array_equal(np.asarray(_forward(restored, ids, mask)), ref)
     # Overrides on load (bf16 compute) keep fp32 parameters.
-    bf16 = pythia.from_pretrained(out, compute_dtype="bfloat16")
+    bf16 = convert.from_pretrained(out, compute_dtype="bfloat16")
     assert bf16.config.compute_dtype == "bfloat16"
     assert np.abs(np.asarray(_forward(bf16, ids, mask)) - ref).max() < 0.1 * np.abs(ref).max()
     # A second conversion into the same directory is refused without --force.
@@ -226,7 +226,7 @@ def test_lm_head_spelling_and_bf16_safetensors(tmp_path):
     d = _write_hf(tmp_path / "lm_head", model, head_name="lm_head.weight")
     ids, mask = _batch(53)
     ref = np.asarray(_forward(model, ids, mask))
-    np.testing.assert_array_equal(np.asarray(_forward(pythia.from_pretrained(d), ids, mask)), ref)
+    np.testing.assert_array_equal(np.asarray(_forward(convert.from_pretrained(d), ids, mask)), ref)
 
     # bfloat16 tensors (numpy has no bf16, so write the safetensors layout by hand).
     tensors = convert.hf_tensors(model)
@@ -246,7 +246,7 @@ def test_lm_head_spelling_and_bf16_safetensors(tmp_path):
     bf.mkdir()
     (bf / "config.json").write_text((d / "config.json").read_text())
     (bf / "model.safetensors").write_bytes(len(raw).to_bytes(8, "little") + raw + b"".join(blobs))
-    got = np.asarray(_forward(pythia.from_pretrained(bf), ids, mask))
+    got = np.asarray(_forward(convert.from_pretrained(bf), ids, mask))
     assert 0 < np.abs(got - ref).max() < 0.05 * np.abs(ref).max()
 
 
@@ -308,22 +308,22 @@ def hf_dir(tmp_path: pathlib.Path, hf_template: pathlib.Path) -> pathlib.Path:
 
 def test_missing_directory_and_config(tmp_path, hf_dir):
     with pytest.raises(FileNotFoundError, match="not found"):
-        pythia.from_pretrained(tmp_path / "nope")
+        convert.from_pretrained(tmp_path / "nope")
     (hf_dir / "config.json").unlink()
     with pytest.raises(FileNotFoundError, match=r"config\.json"):
-        pythia.from_pretrained(hf_dir)
+        convert.from_pretrained(hf_dir)
 
 
 def test_invalid_config_json(hf_dir):
     (hf_dir / "config.json").write_text("{not json")
     with pytest.raises(CheckpointFormatError, match="not valid JSON"):
-        pythia.from_pretrained(hf_dir)
+        convert.from_pretrained(hf_dir)
 
 
 def test_missing_weights(hf_dir):
     (hf_dir / "model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="no weights"):
-        pythia.from_pretrained(hf_dir)
+        convert.from_pretrained(hf_dir)
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
@@ -332,7 +332,7 @@ def test_corrupt_safetensors(hf_dir, damage):
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"\x00garbage" * 10)
     with pytest.raises(CheckpointFormatError, match=r"model\.safetensors"):
-        pythia.from_pretrained(hf_dir)
+        convert.from_pretrained(hf_dir)
 
 
 def test_sharded_index_errors(hf_dir):
@@ -345,10 +345,10 @@ def test_sharded_index_errors(hf_dir):
     }
     (hf_dir / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(FileNotFoundError, match="model-00002-of-00002"):
-        pythia.from_pretrained(hf_dir)
+        convert.from_pretrained(hf_dir)
     (hf_dir / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}}))
     with pytest.raises(CheckpointFormatError, match="weight_map"):
-        pythia.from_pretrained(hf_dir)
+        convert.from_pretrained(hf_dir)
 
 
 def test_missing_wrong_and_unexpected_tensors(tmp_path):
@@ -378,7 +378,7 @@ def test_missing_wrong_and_unexpected_tensors(tmp_path):
         (d / "config.json").write_text(json.dumps(convert.hf_config_dict(model.config)))
         save_file(weights, str(d / "model.safetensors"))
         with pytest.raises(ValueError, match=match):
-            pythia.from_pretrained(d)
+            convert.from_pretrained(d)
 
 
 def test_pytorch_bin_without_torch(hf_dir, monkeypatch):
@@ -386,7 +386,7 @@ def test_pytorch_bin_without_torch(hf_dir, monkeypatch):
     (hf_dir / "pytorch_model.bin").write_bytes(b"not really a pickle")
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
     with pytest.raises(CheckpointFormatError, match="torch is not installed"):
-        pythia.from_pretrained(hf_dir)
+        convert.from_pretrained(hf_dir)
 
 
 @pytest.mark.torch
@@ -395,18 +395,18 @@ def test_corrupt_pytorch_bin(hf_dir):
     (hf_dir / "model.safetensors").unlink()
     (hf_dir / "pytorch_model.bin").write_bytes(b"not really a pickle")
     with pytest.raises(CheckpointFormatError, match="not a readable PyTorch checkpoint"):
-        pythia.from_pretrained(hf_dir)
+        convert.from_pretrained(hf_dir)
 
 
 # orbax's async restore machinery reports an ignored "Event loop is closed" after the failure.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_converted_directory_errors(tmp_path, hf_dir):
     out = tmp_path / "out"
-    convert.save_converted(pythia.from_pretrained(hf_dir), out)
+    convert.save_converted(convert.from_pretrained(hf_dir), out)
     meta = json.loads((out / "llome_pythia.json").read_text())
     (out / "llome_pythia.json").write_text(json.dumps({**meta, "format": "something-else"}))
     with pytest.raises(CheckpointFormatError, match="format"):
-        pythia.from_pretrained(out)
+        convert.from_pretrained(out)
     (out / "llome_pythia.json").write_text(json.dumps(meta))
     for child in (out / "params").iterdir():  # corrupt the orbax data
         if child.is_dir():
@@ -414,11 +414,11 @@ def test_converted_directory_errors(tmp_path, hf_dir):
                 if f.is_file():
                     f.write_bytes(b"\x00")
     with pytest.raises(CheckpointFormatError, match="cannot restore"):
-        pythia.from_pretrained(out)
+        convert.from_pretrained(out)
     import shutil
 
     shutil.rmtree(out / "params")
     with pytest.raises(FileNotFoundError, match="params"):
-        pythia.from_pretrained(out)
+        convert.from_pretrained(out)
     with pytest.raises(ValueError, match="not empty"):
-        convert.save_converted(pythia.from_pretrained(hf_dir), out)
+        convert.save_converted(convert.from_pretrained(hf_dir), out)

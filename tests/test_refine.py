@@ -18,9 +18,10 @@ from llome_jax import ehrlich, host_threads, parallel
 from llome_jax.ehrlich import EhrlichConfig
 from llome_jax.llome.refine import RefineConfig, Refinement, _chunking, iterative_refinement
 from llome_jax.lm import sample
+from llome_jax.lm.codec import SequenceCodec
 from llome_jax.lm.logprobs import sequence_logprobs
 from llome_jax.lm.pythia import Pythia, PythiaConfig
-from llome_jax.lm.tokenizer import SequenceCodec, make_ehrlich_tokenizer
+from llome_jax.lm.tokenizer import make_ehrlich_tokenizer
 from tests.test_sample import _EPS32, _logit_tolerance, _replay_decisions, _sequence_logits
 
 V = L = 8
@@ -635,7 +636,7 @@ def test_bpe_codec_fixed_prompt_width_vocab_limit_and_empty_result(monkeypatch):
     import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from llome_jax.lm.tokenizer import format_prompt, format_target
+    from llome_jax.lm.text_format import format_prompt, format_target
 
     v, n = 32, 6
     rng = np.random.default_rng(0)

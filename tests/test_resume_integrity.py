@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 
-from llome_jax import cli, rundir
+from llome_jax import cli, files, rundir
 from llome_jax.objective import Objective, objective_config
 
 #: a tiny GA in round mode: 16 particles, 1 generation per round
@@ -317,7 +317,7 @@ def test_config_json_and_summary_json_have_ordinary_permissions(tmp_path: pathli
     """``atomic_write_text`` used ``mkstemp`` (mode 0600); files now follow the umask."""
     previous = os.umask(0o027)
     try:
-        rundir.atomic_write_text(tmp_path / "a.json", "{}\n")
+        files.atomic_write_text(tmp_path / "a.json", "{}\n")
     finally:
         os.umask(previous)
     assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o640

@@ -9,7 +9,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from llome_jax import rundir
+from llome_jax import metrics, plotting, rundir
+from llome_jax.label_audit import LabelAudit, label_audit
 
 
 def test_create_resume_and_config_mismatch(tmp_path):
@@ -29,19 +30,24 @@ def test_create_resume_and_config_mismatch(tmp_path):
 
 
 def test_resume_fills_settings_added_later_with_their_legacy_value(tmp_path):
-    """A run made before a setting existed resumes when the setting holds its legacy value (the
-    old behaviour) and refuses any other value; a saved value always wins over the legacy one."""
+    """A run made before a setting existed resumes through ``upgrade`` (a plug-in's migrations)
+    when the setting holds its legacy value (the old behaviour) and refuses any other value; a
+    saved value always wins over the legacy one."""
     old = {"optimizer": "llome", "function": "f2", "rounds": 3}
     rundir.RunDirectory.create(tmp_path / "r", old)
     legacy = {"exclude_labelled": False, "training_data": "latest"}
+
+    def upgrade(saved):
+        return {**legacy, **saved}
+
     same = {**old, "exclude_labelled": False, "training_data": "latest"}
-    with pytest.raises(ValueError, match="configuration differs"):  # without the legacy table
+    with pytest.raises(ValueError, match="configuration differs"):  # without the migration
         rundir.RunDirectory.create(tmp_path / "r", same, resume=True)
     with pytest.raises(ValueError, match="exclude_labelled: saved False vs now True"):
         rundir.RunDirectory.create(
-            tmp_path / "r", {**same, "exclude_labelled": True}, resume=True, legacy_values=legacy
+            tmp_path / "r", {**same, "exclude_labelled": True}, resume=True, upgrade=upgrade
         )
-    rundir.RunDirectory.create(tmp_path / "r", same, resume=True, legacy_values=legacy)
+    rundir.RunDirectory.create(tmp_path / "r", same, resume=True, upgrade=upgrade)
     # the resumed run's config.json now records the settings explicitly
     saved = json.loads((tmp_path / "r" / "config.json").read_text())
     assert saved["exclude_labelled"] is False and saved["training_data"] == "latest"
@@ -49,7 +55,7 @@ def test_resume_fills_settings_added_later_with_their_legacy_value(tmp_path):
     rundir.RunDirectory.create(tmp_path / "n", new)
     with pytest.raises(ValueError, match="exclude_labelled: saved True vs now False"):
         rundir.RunDirectory.create(
-            tmp_path / "n", {**old, "exclude_labelled": False}, resume=True, legacy_values=legacy
+            tmp_path / "n", {**old, "exclude_labelled": False}, resume=True, upgrade=upgrade
         )
 
 
@@ -57,9 +63,27 @@ def test_flat_llome_config_json_reads_as_the_nested_configuration():
     """``config.json`` of a run directory made before ``LoopConfig`` was nested (the fixture was
     written by ``llome --preset smoke --loss marge --seed 3`` at commit 2604557) upgrades to the
     nested form of the same configuration, so such runs resume; differences survive the upgrade,
-    and settings added after a directory was made take the values of the old behaviour."""
-    from llome_jax.llome.config import LEGACY_VALUES, upgrade_saved_config
+    and settings added after a directory was made take the values of the old behaviour (the
+    LLOME migrations, ``llome_jax.migrations``)."""
     from llome_jax.llome.presets import preset
+    from llome_jax.migrations import LLOME_MIGRATIONS, migrate
+
+    def upgrade_saved_config(saved):
+        return migrate(saved, LLOME_MIGRATIONS)
+
+    version = {"config_version": len(LLOME_MIGRATIONS)}
+    #: the settings added after the first runs, as the flat configuration named them
+    added = (
+        "exclude_labelled",
+        "marge_weight_norm",
+        "training_data",
+        "sft_batch_size",
+        "dpo_compute_dtype",
+        "text_format",
+        "head_on_targets",
+        "accounting",
+        "constraint_queries",
+    )
 
     saved = json.loads(
         (pathlib.Path(__file__).parent / "fixtures" / "llome_config_flat.json").read_text()
@@ -74,32 +98,32 @@ def test_flat_llome_config_json_reads_as_the_nested_configuration():
         constraint_queries="free",
     )
     assert rundir._normalise(upgrade_saved_config(saved)) == rundir._normalise(
-        {"optimizer": "llome", **now.to_dict()}
+        {"optimizer": "llome", **now.to_dict(), **version}
     )
     changed = upgrade_saved_config({**saved, "num_iterations": 3, "filter_rule": "reference"})
     assert changed["refine"]["num_iterations"] == 3 and changed["refine"] != now.to_dict()["refine"]
     assert changed["filter"]["strict_threshold"] is False  # the authors' Filter
-    older = upgrade_saved_config({k: v for k, v in saved.items() if k not in LEGACY_VALUES})
+    older = upgrade_saved_config({k: v for k, v in saved.items() if k not in added})
     assert older["exclude_labelled"] is False and older["training_data"] == "latest"
     assert older["finetune"]["marge_weight_norm"] == "mean"
     assert older["finetune"]["dpo_compute_dtype"] == "float32"
     assert older["finetune"]["sft_batch_size"] is None
     nested = now.to_dict()
-    assert upgrade_saved_config(nested) == nested
+    assert upgrade_saved_config(nested) == {**nested, **version}
     # a nested configuration saved before refine.share_prompts existed (a speed-only setting)
     before = {
         **nested,
         "refine": {k: v for k, v in nested["refine"].items() if k != "share_prompts"},
     }
     assert "share_prompts" not in before["refine"]
-    assert upgrade_saved_config(before) == nested
+    assert upgrade_saved_config(before) == {**nested, **version}
     # ... and before finetune.reward_beta (an override, off by default)
     before_beta = {
         **nested,
         "finetune": {k: v for k, v in nested["finetune"].items() if k != "reward_beta"},
     }
     assert "reward_beta" not in before_beta["finetune"]
-    assert upgrade_saved_config(before_beta) == nested
+    assert upgrade_saved_config(before_beta) == {**nested, **version}
     # ... and before finetune.head_on_targets: its run scored every position, so it resumes
     # with False (the smoke and cpu presets' value), not today's default True
     paper_like = preset("smoke", **{"finetune.head_on_targets": True}).to_dict()
@@ -109,7 +133,10 @@ def test_flat_llome_config_json_reads_as_the_nested_configuration():
     }
     upgraded = upgrade_saved_config(before_window)
     assert upgraded["finetune"]["head_on_targets"] is False
-    assert upgrade_saved_config({**nested, "finetune": before_window["finetune"]}) == nested
+    assert upgrade_saved_config({**nested, "finetune": before_window["finetune"]}) == {
+        **nested,
+        **version,
+    }
     assert older["finetune"]["head_on_targets"] is False
 
 
@@ -129,7 +156,7 @@ def test_log_read_and_rollback(tmp_path):
     run.rollback(0)
     assert [r["round"] for r in run.rounds()] == [0]
     assert len(run.evaluated()[0]) == 2
-    assert run.plot_regret().stat().st_size > 1000
+    assert plotting.plot_run(run).stat().st_size > 1000
     # no min_regret in the rounds: one evaluation per csv row, running minimum
     evaluations, curve = run.regret_curve()
     np.testing.assert_array_equal(evaluations, [1, 2])
@@ -177,16 +204,16 @@ def test_regret_curve_uses_the_rounds_own_accounting(tmp_path):
 
 
 def test_metrics_by_hand():
-    np.testing.assert_allclose(rundir.regret([1.0, 0.25, -np.inf]), [0.0, 0.75, 1.0])
-    assert rundir.frac_unique(np.array([[1, 2], [1, 2], [2, 1], [0, 0]])) == 0.75
-    assert math.isnan(rundir.frac_unique(np.zeros((0, 2), int)))  # one semantics: NaN -> null
+    np.testing.assert_allclose(metrics.regret([1.0, 0.25, -np.inf]), [0.0, 0.75, 1.0])
+    assert metrics.frac_unique(np.array([[1, 2], [1, 2], [2, 1], [0, 0]])) == 0.75
+    assert math.isnan(metrics.frac_unique(np.zeros((0, 2), int)))  # one semantics: NaN -> null
     assert (
-        rundir.mean_hamming_to_nearest(
+        metrics.mean_hamming_to_nearest(
             np.array([[0, 0, 0, 0]]), np.array([[0, 1, 1, 1], [0, 0, 1, 1]])
         )
         == 0.5
     )
-    record = rundir.round_metrics(
+    record = metrics.round_metrics(
         2, np.array([[1, 2], [1, 2]]), [0.5, -np.inf], [0.25, 0.5, -np.inf], mean_reward=0.1
     )
     assert record == {
@@ -208,7 +235,7 @@ def test_plot_regret_curves_with_ragged_seeds(tmp_path):
             (np.array([1, 10]), np.array([1.0, 0.0])),
         ]
     }
-    path = rundir.plot_regret_curves(curves, tmp_path / "p.png", title="t")
+    path = plotting.plot_regret_curves(curves, tmp_path / "p.png", title="t")
     assert path.stat().st_size > 1000
 
 
@@ -216,21 +243,21 @@ def test_label_audit_counts_what_the_run_directory_paid(tmp_path):
     """Rows, distinct sequences, the last record's paid labels and constraint queries; a run
     pays each label once only when all three counts agree."""
     run = rundir.RunDirectory.create(tmp_path, {"optimizer": "x"})
-    assert run.label_audit() is None  # nothing labelled yet
+    assert label_audit(run) is None  # nothing labelled yet
     run.log_evaluated(0, [[0, 1], [1, 0], [2, 2]], [0.1, 0.2, 0.3])
     run.log_round({"round": 0, "num_evaluations": 3, "cum_constraint_queries": 0})
-    once = run.label_audit()
-    assert once == rundir.LabelAudit(labels=3, distinct=3, num_evaluations=3, constraint_queries=0)
+    once = label_audit(run)
+    assert once == LabelAudit(labels=3, distinct=3, num_evaluations=3, constraint_queries=0)
     assert once.pays_once
     # round 1 labels [1, 0] again (paid twice) and one new sequence; 4 constraint queries
     run.log_evaluated(1, [[1, 0], [3, 3]], [0.2, 0.4])
     run.log_round({"round": 1, "num_evaluations": 5, "cum_constraint_queries": 4})
-    twice = run.label_audit()
+    twice = label_audit(run)
     assert (twice.labels, twice.distinct, twice.constraint_queries) == (5, 4, 4)
     assert not twice.pays_once
     # distinct rows, but the record claims more paid labels than were recorded
     other = rundir.RunDirectory.create(tmp_path / "other", {"optimizer": "x"})
     other.log_evaluated(0, [[0, 1]], [0.1])
     other.log_round({"round": 0, "num_evaluations": 10_000})
-    assert other.label_audit().constraint_queries is None
-    assert not other.label_audit().pays_once
+    assert label_audit(other).constraint_queries is None
+    assert not label_audit(other).pays_once

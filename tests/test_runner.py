@@ -18,7 +18,8 @@ import pytest
 
 from llome_jax import runner
 from llome_jax.metrics import round_metrics
-from llome_jax.rundir import RunDirectoryInUseError
+from llome_jax.plotting import plot_run
+from llome_jax.run_lock import RunDirectoryInUseError
 
 
 class Countdown:
@@ -71,7 +72,7 @@ class Countdown:
         return f"round {record['round']}"
 
     def plot(self, run_dir) -> None:
-        run_dir.plot_regret("countdown", "countdown")
+        plot_run(run_dir, "countdown", "countdown")
 
 
 def _rows(path: pathlib.Path) -> list[list[str]]:

@@ -12,15 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from llome_jax.lm import tokenizer as tk
-from llome_jax.lm.tokenizer import (
-    SequenceCodec,
-    format_prompt,
-    format_target,
-    load_tokenizer,
-    make_ehrlich_tokenizer,
-    parse_sequence,
-)
+from llome_jax.lm import text_format
+from llome_jax.lm.codec import SequenceCodec
+from llome_jax.lm.text_format import format_prompt, format_target, parse_sequence
+from llome_jax.lm.tokenizer import load_tokenizer, make_ehrlich_tokenizer
 
 V, L = 8, 5
 
@@ -82,26 +77,26 @@ def test_parse_format_round_trip(xs):
 @pytest.mark.parametrize(
     ("text", "error"),
     [
-        ("", tk.INVALID_JSON),
-        ("[1, 2, 3", tk.INVALID_JSON),
-        ("[1, 2 3]", tk.INVALID_JSON),
-        ("[1, 2, 3] <eos>", tk.INVALID_JSON),
-        ("<inc> [1, 2, 3]", tk.INVALID_JSON),
-        ('{"a": 1}', tk.INVALID_NOT_LIST),
-        ("3", tk.INVALID_NOT_LIST),
-        ('["1", 2, 3]', tk.INVALID_NOT_INTEGER),
-        ("[1.5, 2, 3]", tk.INVALID_NOT_INTEGER),
-        ("[true, 2, 3]", tk.INVALID_NOT_INTEGER),
-        ("[NaN, 2, 3]", tk.INVALID_NOT_INTEGER),
-        ("[1e400, 2, 3]", tk.INVALID_NOT_INTEGER),
-        ("[[1], 2, 3]", tk.INVALID_NOT_INTEGER),
-        ("[null, 2, 3]", tk.INVALID_NOT_INTEGER),
-        ("[1, 2]", tk.INVALID_LENGTH),
-        ("[1, 2, 3, 4]", tk.INVALID_LENGTH),
-        ("[]", tk.INVALID_LENGTH),
-        ("[1, 2, 8]", tk.INVALID_RANGE),
-        ("[-1, 2, 3]", tk.INVALID_RANGE),
-        ("[1, 2, 99999999999999999999999]", tk.INVALID_RANGE),
+        ("", text_format.INVALID_JSON),
+        ("[1, 2, 3", text_format.INVALID_JSON),
+        ("[1, 2 3]", text_format.INVALID_JSON),
+        ("[1, 2, 3] <eos>", text_format.INVALID_JSON),
+        ("<inc> [1, 2, 3]", text_format.INVALID_JSON),
+        ('{"a": 1}', text_format.INVALID_NOT_LIST),
+        ("3", text_format.INVALID_NOT_LIST),
+        ('["1", 2, 3]', text_format.INVALID_NOT_INTEGER),
+        ("[1.5, 2, 3]", text_format.INVALID_NOT_INTEGER),
+        ("[true, 2, 3]", text_format.INVALID_NOT_INTEGER),
+        ("[NaN, 2, 3]", text_format.INVALID_NOT_INTEGER),
+        ("[1e400, 2, 3]", text_format.INVALID_NOT_INTEGER),
+        ("[[1], 2, 3]", text_format.INVALID_NOT_INTEGER),
+        ("[null, 2, 3]", text_format.INVALID_NOT_INTEGER),
+        ("[1, 2]", text_format.INVALID_LENGTH),
+        ("[1, 2, 3, 4]", text_format.INVALID_LENGTH),
+        ("[]", text_format.INVALID_LENGTH),
+        ("[1, 2, 8]", text_format.INVALID_RANGE),
+        ("[-1, 2, 3]", text_format.INVALID_RANGE),
+        ("[1, 2, 99999999999999999999999]", text_format.INVALID_RANGE),
     ],
 )
 def test_parse_invalid_classes(text, error):
@@ -257,8 +252,8 @@ def test_codec_counts_every_invalid_class(fast):
     assert np.all(seqs[valid] == [1, 2, 3]) and np.all(seqs[~valid] == 0)
     errors = codec.decode_errors(rows)
     assert [e is None for e in errors] == expected.tolist()
-    assert errors[list(cases).index("id_outside_vocab")].startswith(tk.INVALID_TOKEN)
-    assert errors[list(cases).index("out_of_range_state")].startswith(tk.INVALID_RANGE)
+    assert errors[list(cases).index("id_outside_vocab")].startswith(text_format.INVALID_TOKEN)
+    assert errors[list(cases).index("out_of_range_state")].startswith(text_format.INVALID_RANGE)
 
 
 def _mutate_rows(rng: np.random.Generator, gen: np.ndarray, vocab_size: int) -> None:

@@ -18,19 +18,15 @@ import optax
 import pytest
 from flax import nnx
 
-from llome_jax import parallel, train
+from llome_jax import parallel, train, train_optimizer
+from llome_jax.dataset_logprobs import compute_logprobs
 from llome_jax.lm.logprobs import sequence_logprobs
-from llome_jax.losses import LOSSES, LossBatch, LossParams, default_params, marge_loss
+from llome_jax.loss_inputs import LossBatch, LossParams
+from llome_jax.loss_registry import LOSSES, default_params
+from llome_jax.losses import marge_loss
 from llome_jax.testing import TinyCausalLM, TinyLMConfig, toy_token_batch
-from llome_jax.train import (
-    OptimizerConfig,
-    TrainBatch,
-    compute_logprobs,
-    init_train_state,
-    make_optimizer,
-    make_train_step,
-    paper_optimizer,
-)
+from llome_jax.train import TrainBatch, init_train_state, make_train_step
+from llome_jax.train_optimizer import OptimizerConfig, make_optimizer, paper_optimizer
 from tests import workers
 from tests.conftest import subprocess_cache_env
 
@@ -82,7 +78,7 @@ def _adamw_tolerance(params: np.ndarray, second_moments, config: OptimizerConfig
     difference seen between these runs on x86 CPUs. Plus one parameter rounding per step.
     ``second_moments`` are the single-device ``v_hat`` after each step (:func:`_second_moment`).
     """
-    schedule = train.learning_rate_schedule(config)
+    schedule = train_optimizer.learning_rate_schedule(config)
     dg = 64 * _EPS32
     tol = sum(
         float(schedule(t)) * 2 * dg / (np.sqrt(v_hat) + config.eps)
@@ -223,7 +219,7 @@ def test_paper_optimizers():
         1e-8,
         150,
     )
-    schedule = train.learning_rate_schedule(marge)
+    schedule = train_optimizer.learning_rate_schedule(marge)
     np.testing.assert_allclose([schedule(0), schedule(50), schedule(100)], [1e-6, 5e-7, 0.0])
     with pytest.raises(ValueError, match="unknown loss 'ppo'"):
         paper_optimizer("ppo", 10)
@@ -295,7 +291,7 @@ def test_schedule_values_at_run_time_follow_the_float32_formula(config, key):
 
     def reference(c: OptimizerConfig) -> np.ndarray:
         lr = jnp.asarray(table(c))
-        return run(train._optimizer(c, lambda count: lr[count]))[1]
+        return run(train_optimizer.optimizer_with_schedule(c, lambda count: lr[count]))[1]
 
     step, params = run(config)
     assert step.schedule == (config.learning_rate, config.warmup_steps, config.total_steps)

@@ -1,4 +1,4 @@
-"""experiments/verdicts.py: every claim function on hand-made data whose answer is agree,
+"""llome_jax.bench.verdicts: every claim function on hand-made data whose answer is agree,
 disagree, not comparable and inconclusive, each asserting the exact verdict; and, for every rule,
 a case on each side of each constant and each inequality (just inside and just outside a
 tolerance, a band, a level, a quantile or a significance level), so that changing a constant or
@@ -13,15 +13,12 @@ differences give the sign-flip p ``2 / 2^m`` two-sided, ``1 / 2^m`` one-sided.""
 from __future__ import annotations
 
 import math
-import pathlib
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "experiments"))
-import verdicts as vd  # experiments/verdicts.py
-from verdicts import SelectionRound, Verdict
+from llome_jax.bench import verdicts as vd
+from llome_jax.bench.verdicts import SelectionRound, Verdict, generation, rules
 
 P33, P34, P44, P55 = 0.1, 2 / 35, 2 / 70, 2 / 252
 NAMES = {
@@ -83,12 +80,12 @@ def test_within_level_boundaries() -> None:
     """Exactly one level (0.5 vs 0.625 on q = 4: 0.125, exact in binary) is apart; 0.12 is
     within the lower regret's level (0.125) though not the higher's (0.62: 0.095); at regret 1
     the level is 0: equal regrets only. Without levels only equal values are within."""
-    assert vd._within_level(0.5, 0.625, 4) == (False, 0.125, 0.125)
-    assert vd._within_level(0.625, 0.5, 4) == (False, 0.125, 0.125)
-    assert vd._within_level(0.5, 0.62, 4)[0] is True
-    assert vd._within_level(1.0, 1.0, 4)[0] and not vd._within_level(1.0, 0.999, 4)[0]
-    assert vd._within_level(0.3, 0.3, None) == (True, 0.0, 0.0)
-    assert not vd._within_level(0.3, 0.31, None)[0]
+    assert rules.within_level(0.5, 0.625, 4) == (False, 0.125, 0.125)
+    assert rules.within_level(0.625, 0.5, 4) == (False, 0.125, 0.125)
+    assert rules.within_level(0.5, 0.62, 4)[0] is True
+    assert rules.within_level(1.0, 1.0, 4)[0] and not rules.within_level(1.0, 0.999, 4)[0]
+    assert rules.within_level(0.3, 0.3, None) == (True, 0.0, 0.0)
+    assert not rules.within_level(0.3, 0.31, None)[0]
 
 
 def pair(
@@ -99,9 +96,9 @@ def pair(
     level: float = 0.125,
     name: str = "b",
     floor: float = 0.0,
-) -> vd._Pair:
+) -> rules.PairTest:
     """A crafted pair: centres ``a`` vs ``b``, the test's ``shift`` and ``p``."""
-    return vd._Pair("a", name, a, b, level, shift, p, "4 vs 4", floor, True)
+    return rules.PairTest("a", name, a, b, level, shift, p, "4 vs 4", floor, True)
 
 
 @pytest.mark.parametrize(
@@ -121,46 +118,48 @@ def pair(
     ],
 )
 def test_one_pair_needs_the_rule_and_the_test(p, a, b, shift, expected) -> None:
-    v = vd._lower("c", [pair(p, shift, a, b)], "min regret", "the rule")
+    v = rules.lower_verdict("c", [pair(p, shift, a, b)], "min regret", "the rule")
     assert v.verdict == expected and v.p == p
 
 
 def test_pairs_agree_together_and_disagree_with_bonferroni() -> None:
     """Agree: every pair (each at alpha); disagree: one pair at alpha / pairs."""
     good = pair(0.01, name="GA")
-    assert vd._lower("c", [good, pair(0.03)], "q", "r").verdict == "agree"
-    v = vd._lower("c", [good, pair(0.04, a=0.5, b=0.55)], "q", "r")  # one within a level
+    assert rules.lower_verdict("c", [good, pair(0.03)], "q", "r").verdict == "agree"
+    v = rules.lower_verdict("c", [good, pair(0.04, a=0.5, b=0.55)], "q", "r")  # one within a level
     assert v.verdict == "inconclusive" and "point to a tie" in v.reason
     # the reported p of an agree is the largest (the intersection-union test's p)
-    v = vd._lower("c", [good, pair(0.03)], "q", "r")
+    v = rules.lower_verdict("c", [good, pair(0.03)], "q", "r")
     assert v.p == 0.03
     # another method below: p 0.03 is not below 0.05 / 2, p 0.02 is; 0.025 exactly is not
     against = [good, pair(0.03, shift=0.2, a=0.7, b=0.5)]
-    v = vd._lower("c", against, "q", "r")
+    v = rules.lower_verdict("c", against, "q", "r")
     assert v.verdict == "inconclusive" and "point to disagree" in v.reason and v.p == 0.03
     assert "disagree needs p < 0.025 (Bonferroni over 2 pairs)" in v.reason
     against[1] = pair(0.025, shift=0.2, a=0.7, b=0.5)
-    assert vd._lower("c", against, "q", "r").verdict == "inconclusive"
+    assert rules.lower_verdict("c", against, "q", "r").verdict == "inconclusive"
     against[1] = pair(0.02, shift=0.2, a=0.7, b=0.5)
-    v = vd._lower("c", against, "q", "r")
+    v = rules.lower_verdict("c", against, "q", "r")
     assert v.verdict == "disagree" and v.p == 0.02
     # agree at a stricter level when asked (a choice among several)
-    assert vd._lower("c", [pair(0.02)], "q", "r", alpha_agree=0.025).verdict == "agree"
-    v = vd._lower("c", [pair(0.025)], "q", "r", alpha_agree=0.025)
+    assert rules.lower_verdict("c", [pair(0.02)], "q", "r", alpha_agree=0.025).verdict == "agree"
+    v = rules.lower_verdict("c", [pair(0.025)], "q", "r", alpha_agree=0.025)
     assert v.verdict == "inconclusive" and "agree needs p < 0.025 per pair" in v.reason
 
 
 def test_too_few_seeds_say_the_smallest_p() -> None:
-    v = vd._lower("c", [pair(0.1, floor=0.1)], "q", "r")
+    v = rules.lower_verdict("c", [pair(0.1, floor=0.1)], "q", "r")
     assert "4 vs 4 cannot reach p < 0.05 (smallest p 0.1)" in v.reason
-    v = vd._lower("c", [pair(0.1, floor=vd.ALPHA)], "q", "r")  # 0.05 itself is not reachable
+    v = rules.lower_verdict(
+        "c", [pair(0.1, floor=vd.ALPHA)], "q", "r"
+    )  # 0.05 itself is not reachable
     assert "cannot reach p < 0.05 (smallest p 0.05)" in v.reason
-    v = vd._lower("c", [pair(0.1, floor=0.0499)], "q", "r")
+    v = rules.lower_verdict("c", [pair(0.1, floor=0.0499)], "q", "r")
     assert "cannot reach" not in v.reason
 
 
 def near(within: bool, p_near: float, p: float = 0.01, shift: float = 0.2, a=0.5, b=0.7):
-    return vd._Near(pair(p, shift, a, b, level=0.0), within, 0.1, p_near, 0.0)
+    return rules.NearTest(pair(p, shift, a, b, level=0.0), within, 0.1, p_near, 0.0)
 
 
 @pytest.mark.parametrize(
@@ -175,23 +174,23 @@ def near(within: bool, p_near: float, p: float = 0.01, shift: float = 0.2, a=0.5
     ],
 )
 def test_likeness_needs_the_rule_and_tost(item, expected) -> None:
-    assert vd._all_near("c", [("", item)], "q", "r").verdict == expected
+    assert rules.near_verdict("c", [("", item)], "q", "r").verdict == expected
 
 
 def test_likeness_disagrees_with_bonferroni() -> None:
     apart = near(False, 0.5, p=0.03, shift=-0.2)
-    v = vd._all_near("c", [("", apart), ("", near(True, 0.01))], "q", "r")
+    v = rules.near_verdict("c", [("", apart), ("", near(True, 0.01))], "q", "r")
     assert v.verdict == "inconclusive" and "Bonferroni over 2" in v.reason
     apart = near(False, 0.5, p=0.02, shift=-0.2)
-    assert vd._all_near("c", [("", apart), ("", near(True, 0.01))], "q", "r").verdict == (
+    assert rules.near_verdict("c", [("", apart), ("", near(True, 0.01))], "q", "r").verdict == (
         "disagree"
     )
 
 
 def test_majority_is_the_exact_binomial_tail() -> None:
-    assert vd._majority(8, 9) == (pytest.approx(10 / 512), pytest.approx(1 - 1 / 512))
-    assert vd._majority(0, 0) == (1.0, 1.0)
-    assert vd._majority(3, 3) == (pytest.approx(1 / 8), 1.0)
+    assert rules.majority(8, 9) == (pytest.approx(10 / 512), pytest.approx(1 - 1 / 512))
+    assert rules.majority(0, 0) == (1.0, 1.0)
+    assert rules.majority(3, 3) == (pytest.approx(1 / 8), 1.0)
 
 
 # ------------------------------------------------------------------------------------------
@@ -367,8 +366,8 @@ def test_diversity_more_unique_than_ga(rates, expected) -> None:
 
 def test_same_median_means_do_differ() -> None:
     """The SAME_MEDIAN case is a real difference of means (so only the rule keeps it a tie)."""
-    assert vd._pair("a", [0.4] * 11, "b", SAME_MEDIAN, None).p < vd.ALPHA
-    assert not vd.stats.is_exact((11, 11))
+    assert rules.compare_pair("a", [0.4] * 11, "b", SAME_MEDIAN, None).p < vd.ALPHA
+    assert not rules.stats.is_exact((11, 11))
 
 
 def _dpo(first: float, last: float) -> list[float]:
@@ -454,7 +453,7 @@ def test_calibration_higher_likelihood_lower_regret(data, expected) -> None:
 
 
 def _patched_rho(monkeypatch, rho: float, n: int) -> None:
-    monkeypatch.setattr(vd, "spearman_feasible", lambda lik, val, above=None: (rho, n))
+    monkeypatch.setattr(generation, "spearman_feasible", lambda lik, val, above=None: (rho, n))
 
 
 # n = 5: the band is 1.96 / 2 = 0.98 (exact: halving is exact in binary)

@@ -28,9 +28,11 @@ def setup():
     import numpy as np
     from flax import nnx
 
-    from llome_jax.losses import LossBatch, LossParams, marge_loss
+    from llome_jax.loss_inputs import LossBatch, LossParams
+    from llome_jax.losses import marge_loss
     from llome_jax.testing import TinyCausalLM, TinyLMConfig, toy_token_batch
-    from llome_jax.train import OptimizerConfig, TrainBatch, make_optimizer
+    from llome_jax.train import TrainBatch
+    from llome_jax.train_optimizer import OptimizerConfig, make_optimizer
     from llome_jax.types import SeqLogProbs
 
     config = TinyLMConfig(vocab_size=32, hidden_size=16, num_layers=1, num_heads=2, max_position=16)

@@ -56,6 +56,7 @@ _NOT_SETTINGS = (
     "objective_info",
     "function_digest",
     "objective_digest",
+    "config_version",
 )
 
 
@@ -192,7 +193,8 @@ def saved_run_config(args: argparse.Namespace, optimizer: str | None = None) -> 
     """
     import pathlib
 
-    from llome_jax.rundir import RunDirectory, read_config
+    from llome_jax.files import read_config
+    from llome_jax.rundir import RunDirectory
 
     if not getattr(args, "resume", False):
         return {}
@@ -313,16 +315,20 @@ def print_config_or_require_out(
 ) -> bool:
     """With ``--print-config``: print what the run's ``config.json`` would record, provenance
     aside (``{"optimizer", **objective_config(config.to_dict(), objective), **extra}``: the
-    function's digest, or the objective's name, description and digest) and return True (the
-    command exits); otherwise check ``--out`` (given, not a file) and return False.
+    function's digest, or the objective's name, description and digest; and the configuration's
+    ``config_version``, ``llome_jax.migrations``) and return True (the command exits); otherwise
+    check ``--out`` (given, not a file) and return False.
 
     Raises:
       ValueError: neither ``--print-config`` nor ``--out``, or ``--out`` names a file.
     """
+    from llome_jax.migrations import CONFIG_VERSION, MIGRATIONS
     from llome_jax.objective import objective_config
 
     if args.print_config:
         recorded = objective_config(config.to_dict(), objective)
+        if optimizer in MIGRATIONS:
+            recorded[CONFIG_VERSION] = len(MIGRATIONS[optimizer])
         budget = getattr(args, "budget", None)
         shown = {
             "optimizer": optimizer,

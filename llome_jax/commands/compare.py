@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
     from llome_jax.commands._common import check_out
     from llome_jax.compare import common_budget, extended, load_runs, summarise
-    from llome_jax.rundir import RunDirectory, label_audit_summary
+    from llome_jax.label_audit import label_audit, label_audit_summary
 
     if args.budget is not None and min(args.budget) < 1:
         raise ValueError(f"--budget must be >= 1, got {min(args.budget)}.")
@@ -91,11 +91,11 @@ def run(args: argparse.Namespace) -> int:
                     f"n/a for {run.path}: its round 0 paid {int(run.evaluations[0])} labels, "
                     f"more than the budget {row.budget}"
                 )
-    audits = {str(r.path): RunDirectory(r.path).label_audit() for r in runs}
+    audits = {str(r.path): label_audit(r.path) for r in runs}
     print(f"information contract: {label_audit_summary(audits)}")
     if args.out is None:
         return 0
-    from llome_jax.rundir import plot_regret_curves
+    from llome_jax.plotting import plot_regret_curves
 
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ import argparse
 NAME = "convert-pythia"
 HELP = (
     "Convert a local Hugging Face Pythia/GPT-NeoX checkpoint (config.json + safetensors) into an "
-    "orbax checkpoint that llome_jax.lm.pythia.from_pretrained loads faster."
+    "orbax checkpoint that llome_jax.lm.convert.from_pretrained loads faster."
 )
 ORDER = 60
 
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         f"read {loaded - start:.1f}s, wrote {saved - loaded:.1f}s"
     )
     if not args.no_verify:
-        reloaded = pythia.from_pretrained(out)
+        reloaded = convert.from_pretrained(out)
         ids = jnp.arange(8, dtype=jnp.int32)[None] % model.config.vocab_size
         diff = float(np.max(np.abs(np.asarray(model(ids)) - np.asarray(reloaded(ids)))))
         if diff != 0.0:

@@ -103,7 +103,7 @@ def _refuse(args: argparse.Namespace, flags: dict[str, str], mode: str) -> None:
 def _run_rounds(args: argparse.Namespace) -> int:
     import pathlib
 
-    from llome_jax.ga_optimizer import GARunConfig, run
+    from llome_jax.ga_optimizer import GARunConfig, GeneticAlgorithm, run
     from llome_jax.runner import progress_text
 
     _refuse(
@@ -130,7 +130,7 @@ def _run_rounds(args: argparse.Namespace) -> int:
             if getattr(args, dest) is not None
         }
     )
-    cfg = apply_settings(args, "ga", GARunConfig(), flags)
+    cfg = apply_settings(args, "ga", GARunConfig(), flags, upgrade=GeneticAlgorithm.upgrade_config)
     if print_config_or_require_out(args, "ga", cfg, objective=objective):
         return 0
     trackers = make_trackers(args)
@@ -165,8 +165,10 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     from tqdm import tqdm
 
-    from llome_jax import ehrlich, ga
-    from llome_jax.rundir import RunDirectory, atomic_write_text, plot_regret_curves
+    from llome_jax import ehrlich, ga, ga_loop
+    from llome_jax.files import atomic_write_text
+    from llome_jax.plotting import plot_regret_curves
+    from llome_jax.rundir import RunDirectory
 
     if args.rounds is not None or args.resume or getattr(args, "budget", None) is not None:
         return _run_rounds(args)
@@ -209,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
         else args.recombine_prob,
     )
     fn = ehrlich.resolve_function(args.function, args.instance_seed)
-    x0 = ga.validate_ga_inputs(
+    x0 = ga_loop.validate_ga_inputs(
         fn, ehrlich.resolve_initial_solution(args.function, args.instance_seed), config
     )
     run_config = {
@@ -232,8 +234,8 @@ def run(args: argparse.Namespace) -> int:
     run_dir = RunDirectory.create(out, run_config)
 
     keys = jax.vmap(jax.random.key)(jax.numpy.arange(args.seed, args.seed + args.seeds))
-    start = jax.jit(jax.vmap(lambda k: ga.start(k, fn, x0, config)))
-    advance = jax.jit(jax.vmap(lambda s, k: ga.advance(s, k, fn, config)), donate_argnums=0)
+    start = jax.jit(jax.vmap(lambda k: ga_loop.start(k, fn, x0, config)))
+    advance = jax.jit(jax.vmap(lambda s, k: ga_loop.advance(s, k, fn, config)), donate_argnums=0)
     t0 = time.perf_counter()
     state, run_keys = start(keys)
     generation_keys = jax.vmap(lambda k: jax.random.split(k, args.generations))(run_keys)

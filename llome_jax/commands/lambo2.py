@@ -56,7 +56,7 @@ def build_config(args: argparse.Namespace):  # -> Lambo2Config
     preset < the run's ``config.json`` (``--resume``; its preset is the default one then) <
     ``--config`` < the flags given < ``--set`` (``_common.apply_settings``). Sets
     ``args.preset`` to the preset used."""
-    from llome_jax.lambo2.optimizer import PRESETS, preset
+    from llome_jax.lambo2.optimizer import PRESETS, Lambo2, preset
 
     overrides = run_overrides(args, PRESETS)
     saved = saved_run_config(args, "lambo2")
@@ -79,7 +79,14 @@ def build_config(args: argparse.Namespace):  # -> Lambo2Config
         design["kl_weight"] = kl_weight
     if design:
         overrides["design"] = design
-    return apply_settings(args, "lambo2", preset(args.preset), overrides, not_settings=("preset",))
+    return apply_settings(
+        args,
+        "lambo2",
+        preset(args.preset),
+        overrides,
+        upgrade=Lambo2.upgrade_config,
+        not_settings=("preset",),
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,9 +23,9 @@ ORDER = 30
 
 
 def _loss_name(text: str) -> str:
-    """``--loss``: a registered loss (``losses.LOSS_SPECS``, read only when parsing, so that
+    """``--loss``: a registered loss (``loss_registry.LOSS_SPECS``, read only when parsing, so that
     ``--help`` does not import JAX)."""
-    from llome_jax.losses import LOSS_SPECS
+    from llome_jax.loss_registry import LOSS_SPECS
 
     name = text.strip().lower()
     if name not in LOSS_SPECS:
@@ -79,12 +79,11 @@ def build_config(args: argparse.Namespace):  # -> LoopConfig
     the preset with the default loss (MargE after one SFT round) < the run's ``config.json``
     (``--resume``; its preset is the default one then) < ``--config`` < the flags given <
     ``--set`` (``_common.apply_settings``)."""
-    from llome_jax.llome.config import upgrade_saved_config
-    from llome_jax.llome.loop import parse_schedule, schedule_for_loss
+    from llome_jax.llome.loop import Llome, parse_schedule, schedule_for_loss
     from llome_jax.llome.presets import PRESETS, preset
 
     flags = run_overrides(args, PRESETS)
-    saved = upgrade_saved_config(saved_run_config(args, "llome")) if args.resume else {}
+    saved = Llome.upgrade_config(saved_run_config(args, "llome")) if args.resume else {}
     name = args.preset or saved.get("preset") or "cpu"
     if saved.get("preset") not in (None, name):  # a preset is the lowest layer, not a setting
         raise ValueError(
@@ -100,13 +99,13 @@ def build_config(args: argparse.Namespace):  # -> LoopConfig
     if args.num_selected is not None:
         flags["num_selected"] = args.num_selected
     base = preset(name, schedule=schedule_for_loss("marge"))
-    cfg = apply_settings(args, "llome", base, flags, upgrade=upgrade_saved_config)
+    cfg = apply_settings(args, "llome", base, flags, upgrade=Llome.upgrade_config)
     if name == "cpu-pretrained" and not args.resume:
         # the preset's prior is the one of the run's configuration (a resumed run keeps its own);
         # a --weights, --config or --set given still wins, as the layers above are re-applied
         fitted = preset(name, schedule=schedule_for_loss("marge"), function=cfg.function)
         if fitted.weights != base.weights:
-            cfg = apply_settings(args, "llome", fitted, flags, upgrade=upgrade_saved_config)
+            cfg = apply_settings(args, "llome", fitted, flags, upgrade=Llome.upgrade_config)
     return cfg
 
 

@@ -70,11 +70,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_config(args: argparse.Namespace):  # -> PretrainConfig
-    """The :class:`~llome_jax.llome.pretrain.PretrainConfig` of the parsed arguments: the preset
+    """The :class:`~llome_jax.llome.pretrain_config.PretrainConfig` of the parsed arguments: the preset
     < the run's ``config.json`` (``--resume``) < ``--config`` < the flags given < ``--set``
     (``_common.apply_settings``). Raises ``ValueError`` on bad input, before any jitted code."""
     from llome_jax.commands._common import apply_settings, check_out, saved_run_config
-    from llome_jax.llome.pretrain import PRESETS, preset
+    from llome_jax.llome.pretrain_config import PRESETS, preset
 
     check_out(args.out)
     saved = saved_run_config(args, "pretrain")
@@ -102,11 +102,11 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    from llome_jax.llome import pretrain
+    from llome_jax.llome import pretrain, pretrain_config
 
     cfg = build_config(args)
     if args.print_config:
-        print(json.dumps(pretrain.run_config(cfg), indent=1, default=list))
+        print(json.dumps(pretrain_config.run_config(cfg), indent=1, default=list))
         return 0
     if args.out is None:
         raise ValueError("--out DIR is required (or --print-config to show the configuration)")

@@ -6,6 +6,13 @@ ICML 2025, App. A), bit-identical to pytorch-holo 0.0.5 and evaluated in large j
 """
 
 from llome_jax.ehrlich.config import EhrlichConfig
+from llome_jax.ehrlich.dispatch import (
+    bucket_size,
+    evaluate,
+    is_feasible,
+    motif_presence,
+    validate_tokens,
+)
 from llome_jax.ehrlich.dmp import (
     banded_mask,
     is_ergodic,
@@ -13,20 +20,7 @@ from llome_jax.ehrlich.dmp import (
     sample_transition_matrix,
     stationary_distribution,
 )
-from llome_jax.ehrlich.function import (
-    Ehrlich,
-    bucket_size,
-    default_chunk_size,
-    evaluate,
-    from_holo,
-    initial_solution,
-    is_feasible,
-    make,
-    motif_presence,
-    optimal_solution,
-    random_solution,
-    validate_tokens,
-)
+from llome_jax.ehrlich.function import Ehrlich, from_holo, make
 from llome_jax.ehrlich.instances import (
     PAPER_FUNCTIONS,
     configuration_name,
@@ -36,6 +30,8 @@ from llome_jax.ehrlich.instances import (
     resolve_function,
     resolve_initial_solution,
 )
+from llome_jax.ehrlich.kernel import default_chunk_size
+from llome_jax.ehrlich.solutions import initial_solution, optimal_solution, random_solution
 
 __all__ = [
     "PAPER_FUNCTIONS",

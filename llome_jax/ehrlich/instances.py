@@ -22,13 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from llome_jax.ehrlich.config import EhrlichConfig, InvalidEhrlichNameError
-from llome_jax.ehrlich.function import (
-    Ehrlich,
-    from_holo,
-    initial_solution,
-    make,
-    validate_tokens,
-)
+from llome_jax.ehrlich.dispatch import validate_tokens
+from llome_jax.ehrlich.function import Ehrlich, from_holo, make
+from llome_jax.ehrlich.solutions import initial_solution
 
 __all__ = [
     "MAX_INSTANCE_SEED",

@@ -1,7 +1,8 @@
-"""LaMBO-2's design step: seed selection, acquisition, saliency, guided latent optimisation.
+"""LaMBO-2's design step: acquisition, saliency, guided latent optimisation.
 
-Follows cortex v0.0.4 ``LaMBO.step`` by default (v0.0.3 as an option) and poli-baselines' seed
-selection; design notes in ``docs/design/lambo2_port.md``. One round runs ``S`` design steps on the whole
+Follows cortex v0.0.4 ``LaMBO.step`` by default (v0.0.3 as an option); design notes in
+``docs/design/lambo2_port.md``; the seeds come from ``llome_jax.lambo2.seeds`` (poli-baselines'
+seed selection). One round runs ``S`` design steps on the whole
 population of ``n`` sequences as one batch under ``jit``: either one ``lax.scan`` over the steps
 (``use_scan=True``, for accelerators) or a Python loop over one jitted step (default; XLA:CPU
 executes convolutions inside ``while`` loops far slower than straight-line code,
@@ -27,8 +28,8 @@ guidance loss adds ``lambda KL`` where ``KL = mean_{(i, p in C)} KL(softmax(logi
 ``q0`` is the generative head's viable-token distribution at ``h0`` (clamped to >= 1e-6,
 renormalised), and the acceptance score becomes ``(1 - lambda) a(x) + lambda PLL(x)`` with the MLM
 pseudo-log-likelihood ``PLL(x) = mean_{real p} log p(x_p | x with p masked)`` (``L`` extra encoder
-passes per scored batch). With ``lambda = 0`` none of this is traced: the compiled step is the one
-without the term.
+passes per scored batch; both in ``llome_jax.lambo2.kl_term``). With ``lambda = 0`` none of this is
+traced: the compiled step is the one without the term.
 
 Data parallelism: pass ``mesh``; the population is placed with ``NamedSharding(mesh, P("data"))``
 and the model replicated. Nothing in a design step reduces over sequences except the guidance
@@ -51,6 +52,12 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from llome_jax import parallel
+from llome_jax.lambo2.kl_term import (
+    mean_kl_to_reference,
+    pseudo_log_likelihood,
+    reference_distribution,
+    viable_logits,
+)
 from llome_jax.lambo2.model import (
     ModelConfig,
     Params,
@@ -68,15 +75,10 @@ __all__ = [
     "best_values",
     "decode_logits",
     "design_round",
-    "farthest_first_traversal",
     "guidance_optimizer",
     "guidance_update",
     "log_fatplus",
-    "mean_kl_to_reference",
     "member_means",
-    "pseudo_log_likelihood",
-    "reference_distribution",
-    "select_design_seeds",
 ]
 
 
@@ -257,125 +259,6 @@ def acquisition(mu: jax.Array, best: jax.Array, tau: float = 1e-6) -> jax.Array:
 
 
 # ---------------------------------------------------------------------------------------------
-# KL term and pseudo-log-likelihood (cortex ``LaMBO.step``, lambda > 0 only)
-# ---------------------------------------------------------------------------------------------
-def _viable_logits(config: ModelConfig, logits: jax.Array) -> jax.Array:
-    """Logits with the non-viable (utility) tokens set to ``-inf``."""
-    return jnp.where(jnp.arange(config.vocab_size) < config.num_states, logits, -jnp.inf)
-
-
-def reference_distribution(config: ModelConfig, params: Params, h0: jax.Array) -> jax.Array:
-    """``q0 = normalise(max(softmax(logits(h0) | viable), 1e-6))``: f32 ``[n, N, V]`` (cortex).
-
-    The generative head's distribution at the unguided features ``h0`` with non-viable tokens
-    at ``-inf``, clamped to ``>= 1e-6`` (so utility tokens get ``1e-6``) and renormalised, as
-    cortex's ``Categorical(probs=softmax(...).clamp_min(1e-6))``. ``params`` is the full tree.
-    """
-    q = jax.nn.softmax(_viable_logits(config, gen_apply(config, params["gen"], h0)), axis=-1)
-    q = jnp.maximum(q, 1e-6)
-    return q / q.sum(-1, keepdims=True)
-
-
-def mean_kl_to_reference(
-    config: ModelConfig, params: Params, h: jax.Array, q0: jax.Array, chosen: jax.Array
-) -> jax.Array:
-    """``KL = mean_{(i, p): p in C_i} sum_t p_t (log p_t - log q0_t)``, ``p = softmax(logits(h))``.
-
-    As in cortex, the guided logits are *not* masked for non-viable tokens, so at ``h = h0`` the
-    value is not exactly 0 (mass on utility tokens and the 1e-6 clamp). The mean runs over every
-    masked position of the whole population (cortex's ``masked_select(...).mean()``); 0 when ``C``
-    is empty everywhere (cortex would give NaN). ``h`` ``[n, N, d_o]``, ``q0`` ``[n, N, V]``,
-    ``chosen`` bool ``[n, N]`` -> f32 scalar.
-    """
-    logp = jax.nn.log_softmax(gen_apply(config, params["gen"], h), axis=-1)
-    kl = (jnp.exp(logp) * (logp - jnp.log(q0))).sum(-1)
-    weight = chosen.astype(kl.dtype)
-    return (kl * weight).sum() / jnp.maximum(weight.sum(), 1.0)
-
-
-def pseudo_log_likelihood(config: ModelConfig, params: Params, tokens: jax.Array) -> jax.Array:
-    """MLM pseudo-log-likelihood ``PLL(x) = mean_{p real} log softmax(logits(x^(p)))_{p, x_p}``.
-
-    ``x^(p)`` is ``x`` with position ``p`` replaced by ``<mask>``; the log-softmax is over the full
-    vocabulary (cortex ``mlm_pseudo_log_likelihood``). Real positions are the alphabet
-    tokens (``< num_states``; pads and other utility tokens are excluded). Cost: one encoder pass
-    over ``N n`` sequences (all ``N`` single-position maskings at once, so ``N`` times the
-    activation memory of a plain forward); the generative head, which is per-position, only runs
-    at the masked position. ``tokens`` int ``[n, N]`` (already padded) -> f32 ``[n]``.
-    """
-    tokens = jnp.asarray(tokens, jnp.int32)
-    n, length = tokens.shape
-    encoder = encoder_module(config, params["encoder"])
-    diagonal = jnp.eye(length, dtype=bool)  # [p, N]
-    occluded = jnp.where(diagonal[:, None, :], config.mask_id, tokens[None])  # [p, n, N]
-    h = encoder(occluded.reshape(length * n, length)).reshape(length, n, length, -1)
-    h_at = h[jnp.arange(length), :, jnp.arange(length)]  # [p, n, d_o]: features at p
-    logp = jax.nn.log_softmax(gen_apply(config, params["gen"], h_at), axis=-1)  # [p, n, V]
-    token_logp = jnp.take_along_axis(logp, tokens.T[..., None], axis=-1)[..., 0].T  # [n, p]
-    real = (tokens < config.num_states).astype(token_logp.dtype)
-    return (token_logp * real).sum(-1) / jnp.maximum(real.sum(-1), 1.0)
-
-
-# ---------------------------------------------------------------------------------------------
-# Seed selection (poli-baselines' FFT expansion factor alpha)
-# ---------------------------------------------------------------------------------------------
-def farthest_first_traversal(sequences: Any, scores: Any, num: int) -> np.ndarray:
-    """Greedy max-min Hamming selection of ``num`` row indices.
-
-    Starts with the best-scored row; then repeatedly adds the row whose minimum distance to the
-    selected set is largest, ties broken by higher score, then lower index (beignet's order).
-    Already selected rows are never re-selected. Returns int64 ``[num]``.
-    """
-    x = np.asarray(sequences)
-    s = np.asarray(scores, dtype=np.float64)
-    k = len(x)
-    if not 1 <= num <= k:
-        raise ValueError(f"cannot pick {num} of {k} sequences.")
-    s_key = np.where(np.isfinite(s), s, -np.inf)
-    order = np.lexsort((np.arange(k), -s_key))  # best score first, then index
-    rank = np.empty(k, np.int64)
-    rank[order] = np.arange(k)  # lower rank = preferred on ties
-    first = int(order[0])
-    chosen = [first]
-    distance = (x != x[first]).sum(1).astype(np.int64)
-    distance[first] = -1
-    for _ in range(num - 1):
-        best = distance.max()
-        candidates = np.flatnonzero(distance == best)
-        pick = int(candidates[np.argmin(rank[candidates])])
-        chosen.append(pick)
-        distance = np.minimum(distance, (x != x[pick]).sum(1))
-        distance[chosen] = -1
-    return np.asarray(chosen, np.int64)
-
-
-def select_design_seeds(
-    sequences: Any, values: Any, rounds: Any, num: int, alpha: float
-) -> np.ndarray:
-    """Indices of the ``num`` seed sequences of a round (poli-baselines; duplicates allowed).
-
-    Rows are ranked by observed value (infeasible last; ties: most recent round first, then lower
-    index); ``K = min(N, round(alpha num))`` top rows are kept. ``alpha <= 1``: the top ``K`` are
-    tiled (whole list repeated) to exactly ``num``; ``alpha > 1``: farthest-first traversal picks
-    ``num`` of them.
-    """
-    x = np.asarray(sequences)
-    y = np.asarray(values, dtype=np.float64)
-    t = np.asarray(rounds, dtype=np.int64)
-    if not (len(x) == len(y) == len(t)) or len(x) == 0:
-        raise ValueError("select_design_seeds needs a non-empty history of matching lengths.")
-    if num < 1 or not alpha > 0:
-        raise ValueError(f"num must be >= 1 and alpha > 0, got {num!r}, {alpha!r}.")
-    y_key = np.where(np.isfinite(y), y, -np.inf)
-    order = np.lexsort((np.arange(len(y)), -t, -y_key))
-    top = order[: max(1, min(len(x), round(alpha * num)))]
-    if alpha <= 1 or len(top) < num:
-        return np.resize(top, num)
-    picked = farthest_first_traversal(x[top], y_key[top], num)
-    return top[picked]
-
-
-# ---------------------------------------------------------------------------------------------
 # The design round (cortex ``LaMBO.step`` on the whole population)
 # ---------------------------------------------------------------------------------------------
 def guidance_optimizer(config: DesignConfig) -> optax.GradientTransformation:
@@ -431,7 +314,7 @@ def decode_logits(mc: ModelConfig, dc: DesignConfig, params: Params, h: jax.Arra
     logits = gen_apply(mc, params["gen"], h)
     if dc.decode_temperature != 1.0:  # 1.0 compiles exactly the reference decode
         logits = logits / dc.decode_temperature
-    return _viable_logits(mc, logits)
+    return viable_logits(mc, logits)
 
 
 def _design_step_fn(mc: ModelConfig, dc: DesignConfig, params, stats, best):

@@ -321,7 +321,7 @@ class Lambo2Model(nnx.Module):
 
 
 # ---------------------------------------------------------------------------------------------
-# Functional interface (pure dicts of arrays; used by train.py and design.py)
+# Functional interface (pure dicts of arrays; used by train.py, design.py and kl_term.py)
 # ---------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class GraphDefs:

@@ -2,7 +2,7 @@
 
 Run (``n`` sequences per round, ``R`` rounds)::
 
-    S   = GA archive of n0 generations (round 0, all t = 0)        # ga.run_archive
+    S   = GA archive of n0 generations (round 0, all t = 0)        # ga_loop.run_archive
     θ0  = fit(fresh model, S)                                        # the initial fit, kept
     for r in 1..R:
         θ      = fit(θ0, S)                  # retrain from θ0: fresh Adam, fresh schedule, E epochs
@@ -41,11 +41,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from llome_jax import configs
+from llome_jax.lambo2 import data as lambo_data
 from llome_jax.lambo2 import design as lambo_design
 from llome_jax.lambo2 import model as lambo_model
+from llome_jax.lambo2 import seeds as lambo_seeds
 from llome_jax.lambo2 import train as lambo_train
-from llome_jax.objective import Objective, as_objective, ehrlich_objective, objective_config
-from llome_jax.oracle import Oracle, check_contract_settings
+from llome_jax.migrations import LAMBO2_MIGRATIONS
+from llome_jax.objective import Objective, as_objective
+from llome_jax.oracle import check_contract_settings
+from llome_jax.plugin import RoundOptimizerBase
 from llome_jax.runner import (
     RoundResult,
     RunResult,
@@ -148,16 +152,6 @@ class Lambo2Config:
     def to_dict(self) -> dict[str, Any]:
         out = configs.to_dict(self)
         out["model_overrides"] = dict(self.model_overrides)
-        if out["design"].get("kl_weight") == 0.0:
-            # the default is left out so that run directories written before the KL option
-            # existed still resume (their config.json has no ``kl_weight``)
-            del out["design"]["kl_weight"]
-        if out["design"].get("decode_temperature") == 1.0:
-            del out["design"]["decode_temperature"]  # likewise (added after kl_weight)
-        if not out["warm_start"]:
-            del out["warm_start"]  # likewise for run directories written before warm starts
-        if not out["train"].get("fused", True):
-            del out["train"]["fused"]  # likewise (TrainConfig.fused, the per-leaf default)
         return out
 
 
@@ -168,14 +162,6 @@ class Lambo2Config:
 #: (32/32/32, 54,663 parameters) and E = 16 (bbo-bench's value; E = 8 left the MLM head too
 #: weak: 0 % feasible proposals on f2) so that a round takes minutes on 2 cores; ``paper``: the
 #: paper's settings.
-#: Settings added after runs were recorded, with the values that reproduce those runs.
-LEGACY_VALUES: dict[str, Any] = {
-    "accounting": "every_evaluation",
-    "constraint_queries": "off",
-    "ga_mutation_prob": 0.005,
-    "keys": "v1",
-}
-
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": {
         # LLOME's smoke problem and round 0 (2 GA generations of 200, mutation 0.1), so that
@@ -256,7 +242,7 @@ def initial_fit(
 ) -> tuple[Any, np.ndarray]:
     """``θ0``: a fresh model trained ``E`` epochs on the seed history (round-0 key)."""
     k_init, k_fit = jax.random.split(jax.random.fold_in(_round_key(cfg, 0), 1))
-    data = lambo_train.prepare_training_data(history.x, history.y, history.t, mc, cfg.train)
+    data = lambo_data.prepare_training_data(history.x, history.y, history.t, mc, cfg.train)
     return lambo_train.fit(k_fit, lambo_model.init_params(k_init, mc), data, mc, cfg.train)
 
 
@@ -289,7 +275,7 @@ def lambo2_round(
     mc = cfg.model_config(objective.num_states, objective.length)
     k_fit, k_design = jax.random.split(_round_key(cfg, round_index))
     t0 = time.perf_counter()
-    data = lambo_train.prepare_training_data(history.x, history.y, history.t, mc, cfg.train)
+    data = lambo_data.prepare_training_data(history.x, history.y, history.t, mc, cfg.train)
     with progress_bar(progress, total=cfg.train.epochs, desc="fit", unit="epoch") as bar:
 
         def report(epoch: int, losses: np.ndarray) -> None:
@@ -300,7 +286,7 @@ def lambo2_round(
     jax.block_until_ready(params)
     t1 = time.perf_counter()
     stats = lambo_design.RegressorStats(jnp.float32(data.y_mean), jnp.float32(data.y_std))
-    seed_index = lambo_design.select_design_seeds(
+    seed_index = lambo_seeds.select_design_seeds(
         history.x, history.y, history.t, cfg.num_samples, cfg.alpha
     )
     seeds = history.x[seed_index]
@@ -374,7 +360,7 @@ class Lambo2State:
     history: History
 
 
-class Lambo2:
+class Lambo2(RoundOptimizerBase):
     """LaMBO-2 as a :class:`~llome_jax.runner.RoundOptimizer` over :class:`Lambo2State`.
 
     Construction validates the configuration and ``objective`` (an
@@ -383,27 +369,16 @@ class Lambo2:
     """
 
     name = "lambo2"
-
-    def upgrade_config(self, saved: dict[str, Any]) -> dict[str, Any]:
-        return {**LEGACY_VALUES, **saved}
+    migrations = LAMBO2_MIGRATIONS
 
     def __init__(
         self, cfg: Lambo2Config, objective: Objective | None = None, *, mesh: Any = None
     ) -> None:
-        self.cfg = cfg
-        self.seed = cfg.seed
+        checked = self.checked_objective(cfg, objective)
+        super().__init__(cfg, checked, custom_objective=objective is not None)
         self.mesh = mesh
-        self.custom_objective = objective is not None
-        if objective is None:
-            objective = ehrlich_objective(cfg.function, cfg.instance_seed)
-        elif not isinstance(objective, Objective):
-            raise ValueError(f"objective must be a llome_jax.Objective; got {type(objective)}.")
-        elif not objective.is_ehrlich:
-            objective.validate()
-        self.objective = objective
-        self.oracle = Oracle(objective, cfg.accounting, cfg.constraint_queries)
-        self.x0 = objective.x0
-        self.mc = cfg.model_config(objective.num_states, objective.length)
+        self.x0 = checked.x0
+        self.mc = cfg.model_config(checked.num_states, checked.length)
         if cfg.design.num_mutations > self.mc.length:
             raise ValueError(
                 f"design.num_mutations={cfg.design.num_mutations} edit positions per step exceed "
@@ -417,11 +392,6 @@ class Lambo2:
             lambda k: lambo_model.init_params(k, self.mc), jax.random.key(0)
         )
 
-    @property
-    def problem(self) -> str:
-        """What is optimised, for titles: ``cfg.function`` or the objective's name."""
-        return self.objective.name if self.custom_objective else self.cfg.function
-
     def describe(self) -> str:
         mc = self.mc
         return (
@@ -431,22 +401,14 @@ class Lambo2:
             f"table), {mc.ensemble_size}+{mc.ensemble_size} ensemble members"
         )
 
-    def config_dict(self) -> dict[str, Any]:
-        return objective_config(
-            self.cfg.to_dict(), self.objective if self.custom_objective else None
-        )
-
-    def total_rounds(self) -> int:
-        return self.cfg.rounds
-
     def _ga_evaluations(self) -> int:
         return self.cfg.ga_generations * self.cfg.ga_particles
 
     def init(self, key: jax.Array) -> tuple[Lambo2State, RoundResult]:
         """Round 0: the GA archive every optimizer shares (``runner.round0_key``) and the
         initial fit ``θ0``."""
-        from llome_jax import ga
-        from llome_jax.rundir import round_metrics
+        from llome_jax import ga, ga_loop
+        from llome_jax.metrics import round_metrics
         from llome_jax.runner import round0_key
 
         cfg = self.cfg
@@ -454,7 +416,7 @@ class Lambo2:
         ga_key = (
             round0_key(key) if cfg.keys == "shared" else jax.random.fold_in(_round_key(cfg, 0), 0)
         )
-        archive = ga.run_archive(
+        archive = ga_loop.run_archive(
             ga_key,
             self.oracle.cached_objective(),
             self.x0,
@@ -488,7 +450,7 @@ class Lambo2:
     def round(
         self, state: Lambo2State, *, progress: bool = False
     ) -> tuple[Lambo2State, RoundResult]:
-        from llome_jax.rundir import round_metrics
+        from llome_jax.metrics import round_metrics
 
         cfg, r = self.cfg, state.round + 1
         history, params, metrics = lambo2_round(
@@ -549,12 +511,6 @@ class Lambo2:
             f"{record['frac_feasible']:.2f}, unique {record['frac_unique']:.2f}, "
             f"train {record['seconds_train']:.1f}s, design {record['seconds_design']:.1f}s"
         )
-
-    def plot(self, run_dir: Any) -> None:
-        from llome_jax.rundir import plot_options
-
-        # legend and heading come from config.json (RunDirectory.plot_regret), as compare names
-        run_dir.plot_regret(log_x=False, **plot_options(self.objective))
 
 
 def run(

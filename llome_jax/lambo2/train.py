@@ -1,14 +1,10 @@
-"""Training LaMBO-2's model: absorbing-mask corruption, three losses, one Adam step per leaf.
+"""Training LaMBO-2's model: one Adam step per leaf (or one fused step), per-epoch schedule, fit.
 
 cortex v0.0.4 semantics (paper App. "LaMBO-2 Model and Training Details"; departures in
-``docs/design/lambo2_port.md``).
+``docs/design/lambo2_port.md``). What each leaf minimises (absorbing-mask corruption, the
+three losses) is ``llome_jax.lambo2.losses``; the tables and minibatches
+``llome_jax.lambo2.data``.
 
-* **Corruption** (cortex ``MaskCorruptionProcess``): cosine schedule with ``T = 1000`` steps, mask
-  rate ``rho(t) = sqrt(abar_t)``; one ``t ~ U{1..T}`` per minibatch (per leaf update); each alphabet
-  position is replaced by ``<mask>`` with probability ``rho``.
-* **Losses**: MLM cross-entropy over masked positions only; classifier cross-entropy with
-  label smoothing ``eps = rho``; regressor KL between the moment-matched smoothed label
-  ``N((1-rho) y, rho + (1-rho) s0^2 + rho (1-rho) y^2)`` and the predicted Gaussian.
 * **Update scheme** (cortex's manual optimisation): one training step visits the ``2 E_ens + 1``
   leaves in the fixed order classifier members, regressor members, MLM; each leaf draws its own
   minibatch, back-propagates its own loss through the encoder and its head, and takes one Adam step.
@@ -25,17 +21,12 @@ cortex v0.0.4 semantics (paper App. "LaMBO-2 Model and Training Details"; depart
 * **Schedule** (transformers' cosine-with-warm-up, stepped per epoch): the learning rate is set once
   per epoch, ``lr * lambda(j + 1)`` for epoch ``j`` with a 2-epoch linear warm-up and cosine decay
   to 0 at the last epoch.
-* **Data** (poli-baselines' tables, cortex's sampler): classifier on all rows (groups = label x
-  recency partition), regressor on feasible rows (groups = recency partition), MLM on unique
-  feasible rows; a fixed-seed ``train_fraction`` subset of each table; round-robin rebalancing
-  sampler; an epoch has ``ceil(#MLM rows / batch)`` steps.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -44,33 +35,30 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from llome_jax.lambo2.data import StepBatch, TrainingData, epoch_batches
+from llome_jax.lambo2.losses import (
+    classification_loss,
+    corrupt,
+    mask_rates,
+    mlm_loss,
+    regression_loss,
+)
 from llome_jax.lambo2.model import (
     ModelConfig,
     Params,
     encoder_module,
-    gaussian_from_natural,
     gen_apply,
     member_apply,
 )
 
 __all__ = [
     "OptState",
-    "StepBatch",
     "TrainConfig",
-    "TrainingData",
-    "balanced_stream",
-    "classification_loss",
-    "corrupt",
-    "epoch_batches",
     "epoch_learning_rates",
     "fit",
     "fused_train_step",
     "init_opt_state",
-    "mask_rates",
-    "mlm_loss",
-    "prepare_training_data",
-    "recency_partition",
-    "regression_loss",
+    "step_config_of",
     "train_step",
 ]
 
@@ -123,24 +111,8 @@ class TrainConfig:
 
 
 # ---------------------------------------------------------------------------------------------
-# Schedules
+# Schedule
 # ---------------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=8)
-def mask_rates(num_timesteps: int = 1000) -> np.ndarray:
-    """``rho(t) = sqrt(abar_t)`` for ``t = 0..T`` (float64 ``[T + 1]``; cortex's cosine schedule).
-
-    ``abar(u) = cos^2((u + 0.008) / 1.008 * pi / 2)``, ``beta_i = min(1 - abar((i+1)/T) / abar(i/T),
-    0.999)``, ``abar_t = prod_{i<t} (1 - beta_i)``.
-    """
-    u = np.arange(num_timesteps + 1, dtype=np.float64) / num_timesteps
-    f = np.cos((u + 0.008) / 1.008 * np.pi / 2) ** 2
-    betas = np.minimum(1.0 - f[1:] / f[:-1], 0.999)
-    abar = np.concatenate([[1.0], np.cumprod(1.0 - betas)])
-    rates = np.sqrt(abar)
-    rates.setflags(write=False)
-    return rates
-
-
 def epoch_learning_rates(config: TrainConfig) -> np.ndarray:
     """Learning rate of each epoch ``j``: ``lr * lambda(j + 1)`` (float64 ``[E]``).
 
@@ -154,102 +126,6 @@ def epoch_learning_rates(config: TrainConfig) -> np.ndarray:
     decay = np.maximum(0.0, 0.5 * (1.0 + np.cos(np.pi * progress)))
     factor = np.where(s < w, s / max(w, 1), decay)
     return config.learning_rate * factor
-
-
-# ---------------------------------------------------------------------------------------------
-# Recency partitions and the rebalancing sampler (cortex's round-robin sampler)
-# ---------------------------------------------------------------------------------------------
-def recency_partition(rounds: Any, newest: int | None = None) -> np.ndarray:
-    """Geometric recency partition of each round index: ``floor(log2(T - i + 1))``.
-
-    Partition 0 is the newest round ``T`` (default ``max(rounds)``), 1 the two before, 2 the four
-    before those, ... (``T = 3``: ``{3} -> 0, {1, 2} -> 1, {0} -> 2``).
-    """
-    rounds = np.asarray(rounds, dtype=np.int64)
-    if rounds.size == 0:
-        return rounds.copy()
-    newest = int(rounds.max()) if newest is None else int(newest)
-    age = newest - rounds
-    if np.any(age < 0):
-        raise ValueError("a round index is newer than `newest`.")
-    return np.floor(np.log2(age + 1.0) + 1e-9).astype(np.int64)
-
-
-def balanced_stream(rng: np.random.Generator, groups: Any) -> np.ndarray:
-    """cortex's rebalancing sampler: one epoch of row indices (``[P * max group size]``).
-
-    The group order is shuffled once and each group's rows once; indices are emitted round-robin,
-    one per group in that order; smaller groups are cycled in their shuffled order; the stream
-    stops when the largest group is exhausted.
-    """
-    groups = np.asarray(groups)
-    labels = rng.permutation(np.unique(groups))
-    members = [rng.permutation(np.flatnonzero(groups == g)) for g in labels]
-    if not members:
-        return np.zeros(0, np.int64)
-    longest = max(len(m) for m in members)
-    columns = [np.resize(m, longest) for m in members]
-    return np.stack(columns, axis=1).reshape(-1)
-
-
-# ---------------------------------------------------------------------------------------------
-# Corruption and losses
-# ---------------------------------------------------------------------------------------------
-def corrupt(
-    key: jax.Array, tokens: jax.Array, rho: jax.Array, mask_id: int, num_states: int
-) -> tuple[jax.Array, jax.Array]:
-    """Replace each alphabet token by ``mask_id`` with probability ``rho``.
-
-    Returns ``(corrupted tokens, masked bool)`` with the shape of ``tokens``; utility tokens
-    (padding) are never masked.
-    """
-    masked = (jax.random.uniform(key, tokens.shape) < rho) & (tokens < num_states)
-    return jnp.where(masked, mask_id, tokens), masked
-
-
-def mlm_loss(
-    logits: jax.Array, targets: jax.Array, masked: jax.Array, valid: jax.Array | None = None
-) -> jax.Array:
-    """Mean cross-entropy over masked positions of valid rows (0 if none is masked).
-
-    Args:
-      logits: ``[B, N, V]``; targets: int ``[B, N]``; masked: bool ``[B, N]``; valid: bool ``[B]``.
-    """
-    weight = masked.astype(jnp.float32)
-    if valid is not None:
-        weight = weight * valid[:, None]
-    nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None], -1)[..., 0]
-    return (nll * weight).sum() / jnp.maximum(weight.sum(), 1.0)
-
-
-def classification_loss(
-    logits: jax.Array, labels: jax.Array, rho: jax.Array, valid: jax.Array | None = None
-) -> jax.Array:
-    """Smoothed 2-class cross-entropy, target ``(1 - rho) onehot + rho / 2``; mean over valid rows."""
-    target = (1.0 - rho) * jax.nn.one_hot(labels, 2) + rho / 2.0
-    ce = -(target * jax.nn.log_softmax(logits)).sum(-1)
-    weight = jnp.ones_like(ce) if valid is None else valid.astype(ce.dtype)
-    return (ce * weight).sum() / jnp.maximum(weight.sum(), 1.0)
-
-
-def regression_loss(
-    out: jax.Array,
-    targets: jax.Array,
-    rho: jax.Array,
-    nominal_label_var: float = 0.01,
-    valid: jax.Array | None = None,
-) -> jax.Array:
-    """Moment-matched KL ``KL(N(m*, v*) || N(loc, v))``, mean over valid rows (cortex).
-
-    ``m* = (1 - rho) y``, ``v* = rho + (1 - rho) s0^2 + rho (1 - rho) y^2`` for standardised
-    targets ``y``; ``(loc, v)`` from the natural parameters without the 1e-4 floor.
-    """
-    loc, var = gaussian_from_natural(out, floor=False)
-    m_star = (1.0 - rho) * targets
-    v_star = rho + (1.0 - rho) * nominal_label_var + rho * (1.0 - rho) * jnp.square(targets)
-    kl = 0.5 * (jnp.log(var / v_star) + (v_star + jnp.square(m_star - loc)) / var - 1.0)
-    weight = jnp.ones_like(kl) if valid is None else valid.astype(kl.dtype)
-    return (kl * weight).sum() / jnp.maximum(weight.sum(), 1.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,39 +144,6 @@ class OptState:
     gen: Any
     reg: Any
     cls: Any
-
-
-@functools.partial(
-    jax.tree_util.register_dataclass,
-    data_fields=[
-        "cls_tokens",
-        "cls_labels",
-        "cls_valid",
-        "reg_tokens",
-        "reg_targets",
-        "reg_valid",
-        "mlm_tokens",
-        "mlm_valid",
-    ],
-    meta_fields=[],
-)
-@dataclasses.dataclass(frozen=True)
-class StepBatch:
-    """The ``2 E + 1`` minibatches of one training step (rows with ``valid = False`` are padding).
-
-    Shapes: ``cls_tokens``/``reg_tokens`` int32 ``[E, B, N]``, ``cls_labels`` int32 ``[E, B]``,
-    ``reg_targets`` f32 ``[E, B]`` (standardised), ``*_valid`` bool ``[E, B]``, ``mlm_tokens``
-    ``[B, N]``, ``mlm_valid`` ``[B]``.
-    """
-
-    cls_tokens: jax.Array
-    cls_labels: jax.Array
-    cls_valid: jax.Array
-    reg_tokens: jax.Array
-    reg_targets: jax.Array
-    reg_valid: jax.Array
-    mlm_tokens: jax.Array
-    mlm_valid: jax.Array
 
 
 def _adam(config: TrainConfig) -> optax.GradientTransformation:
@@ -570,138 +413,8 @@ def fused_train_step(
 
 
 # ---------------------------------------------------------------------------------------------
-# Data per task
+# The fit
 # ---------------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class TrainingData:
-    """Host-side tables of one fit (poli-baselines' per-task data), restricted to the train split.
-
-    Attributes:
-      cls_tokens / cls_labels / cls_groups: every history row (duplicates kept), label
-        ``1[feasible]``, group ``label * P + partition``.
-      reg_tokens / reg_targets / reg_groups: feasible rows, standardised targets, partition.
-      mlm_tokens: unique feasible rows (first occurrence).
-      y_mean, y_std: regression target statistics (unbiased std; 1 if < 1e-8).
-    """
-
-    cls_tokens: np.ndarray
-    cls_labels: np.ndarray
-    cls_groups: np.ndarray
-    reg_tokens: np.ndarray
-    reg_targets: np.ndarray
-    reg_groups: np.ndarray
-    mlm_tokens: np.ndarray
-    y_mean: float
-    y_std: float
-
-    def steps_per_epoch(self, batch_size: int) -> int:
-        """``ceil(#MLM rows / batch)``: the MLM loader is the shortest of the zipped loaders."""
-        return max(1, math.ceil(len(self.mlm_tokens) / batch_size))
-
-
-def _train_subset(n: int, config: TrainConfig) -> np.ndarray:
-    fraction = config.train_fraction
-    if fraction is None or fraction >= 1.0:
-        return np.arange(n)
-    keep = math.floor(fraction * n)
-    keep = max(keep, 1) if n else 0
-    return np.sort(np.random.default_rng(config.split_seed).permutation(n)[:keep])
-
-
-def prepare_training_data(
-    sequences: Any,
-    values: Any,
-    rounds: Any,
-    model_config: ModelConfig,
-    train_config: TrainConfig,
-) -> TrainingData:
-    """Build the three task tables from the history ``(x [N, L], y [N], t [N])``.
-
-    ``y = -inf`` (or NaN) marks infeasible rows. Padding to ``max_len`` is applied here.
-
-    Raises:
-      ValueError: on shape mismatches, out-of-range tokens or a history without feasible rows.
-    """
-    x = np.asarray(sequences)
-    y = np.asarray(values, dtype=np.float64)
-    t = np.asarray(rounds, dtype=np.int64)
-    if x.ndim != 2 or x.shape[1] != model_config.length or not (len(x) == len(y) == len(t)):
-        raise ValueError(
-            f"history shapes x {x.shape}, y {y.shape}, t {t.shape} do not match length "
-            f"{model_config.length}."
-        )
-    if x.size and (x.min() < 0 or x.max() >= model_config.num_states):
-        raise ValueError(f"tokens must lie in [0, {model_config.num_states}).")
-    feasible = np.isfinite(y)
-    if not feasible.any():
-        raise ValueError("the history holds no feasible sequence; LaMBO-2 cannot be trained.")
-    pad = model_config.padded_length - model_config.length
-    if pad:
-        x = np.concatenate([x, np.full((len(x), pad), model_config.pad_id, x.dtype)], axis=1)
-    x = x.astype(np.int32)
-    partition = recency_partition(t)
-
-    cls_rows = _train_subset(len(x), train_config)
-    labels = feasible.astype(np.int32)
-    num_partitions = int(partition.max()) + 1
-    feasible_rows = np.flatnonzero(feasible)
-    reg_rows = feasible_rows[_train_subset(len(feasible_rows), train_config)]
-    _, first = np.unique(x[feasible_rows], axis=0, return_index=True)
-    unique_rows = feasible_rows[np.sort(first)]
-    mlm_rows = unique_rows[_train_subset(len(unique_rows), train_config)]
-
-    targets = y[reg_rows]
-    mean = float(targets.mean())
-    std = float(targets.std(ddof=1)) if len(targets) > 1 else 0.0
-    if not np.isfinite(std) or std < 1e-8:
-        std = 1.0
-    return TrainingData(
-        cls_tokens=x[cls_rows],
-        cls_labels=labels[cls_rows],
-        cls_groups=labels[cls_rows] * num_partitions + partition[cls_rows],
-        reg_tokens=x[reg_rows],
-        reg_targets=((targets - mean) / std).astype(np.float32),
-        reg_groups=partition[reg_rows],
-        mlm_tokens=x[mlm_rows],
-        y_mean=mean,
-        y_std=std,
-    )
-
-
-def epoch_batches(
-    rng: np.random.Generator, data: TrainingData, model_config: ModelConfig, batch_size: int
-) -> list[StepBatch]:
-    """One epoch of :class:`StepBatch` es (host numpy): independent sampler per member."""
-    steps = data.steps_per_epoch(batch_size)
-    total = steps * batch_size
-    ens = model_config.ensemble_size
-
-    def balanced(groups: np.ndarray) -> np.ndarray:
-        stream = balanced_stream(rng, groups)
-        return np.resize(stream, total).reshape(steps, batch_size)
-
-    cls_index = np.stack([balanced(data.cls_groups) for _ in range(ens)], axis=1)  # [S, E, B]
-    reg_index = np.stack([balanced(data.reg_groups) for _ in range(ens)], axis=1)
-    order = rng.permutation(len(data.mlm_tokens))
-    mlm_valid = np.arange(total) < len(order)
-    mlm_index = np.resize(order, total).reshape(steps, batch_size)
-    mlm_valid = mlm_valid.reshape(steps, batch_size)
-    ones = np.ones((ens, batch_size), bool)
-    return [
-        StepBatch(
-            cls_tokens=data.cls_tokens[cls_index[s]],
-            cls_labels=data.cls_labels[cls_index[s]],
-            cls_valid=ones,
-            reg_tokens=data.reg_tokens[reg_index[s]],
-            reg_targets=data.reg_targets[reg_index[s]],
-            reg_valid=ones,
-            mlm_tokens=data.mlm_tokens[mlm_index[s]],
-            mlm_valid=mlm_valid[s],
-        )
-        for s in range(steps)
-    ]
-
-
 def step_config_of(config: TrainConfig) -> TrainConfig:
     """``config`` with the fields :func:`train_step` does not read reset (one compilation)."""
     return TrainConfig(
@@ -728,7 +441,7 @@ def fit(
     Args:
       key: PRNG key (samplers, corruption).
       params: starting parameters (``θ_init`` when retraining; not modified).
-      data: :func:`prepare_training_data` output.
+      data: :func:`~llome_jax.lambo2.data.prepare_training_data` output.
       progress: optional ``callback(epoch, mean leaf losses [2 E + 1])`` after each epoch.
 
     Returns:

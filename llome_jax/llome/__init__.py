@@ -1,4 +1,6 @@
-"""LLOME (paper Alg. 1, App. "Algorithms"): the data side of the bilevel loop.
+"""LLOME (paper Alg. 1, App. "Algorithms"): the bilevel loop, its data side and pretraining.
+
+The data side (re-exported here):
 
 * :mod:`~llome_jax.llome.neighbours`: exact Hamming kNN (bit-packed, blocked, JAX).
 * :mod:`~llome_jax.llome.data`: PropEn pairs (SFT/MargE), preference triples (DPO), train/val split.
@@ -6,7 +8,15 @@
 * :mod:`~llome_jax.llome.temperature`: the Hamming-driven temperature schedule.
 * :mod:`~llome_jax.llome.seeds`: refinement seeds and the next-input rule.
 
-Paper-vs-reference choices are listed in docs/design/llome_data.md.
+The loop (``LoopConfig``, ``LoopState``, ``llome_round`` and the presets re-exported here):
+:mod:`~llome_jax.llome.config`, :mod:`~llome_jax.llome.runtime`, :mod:`~llome_jax.llome.state`,
+:mod:`~llome_jax.llome.finetune`, :mod:`~llome_jax.llome.selection`,
+:mod:`~llome_jax.llome.refine`, :mod:`~llome_jax.llome.round`, :mod:`~llome_jax.llome.loop` (the
+round-driver plug-in and ``run``), :mod:`~llome_jax.llome.presets`. Pretraining:
+:mod:`~llome_jax.llome.pretrain` and its ``pretrain_config``, ``pretrain_data``,
+``pretrain_weights`` and ``pretrain_loss_log`` modules.
+
+Paper-vs-reference choices are listed in docs/design/llome_data.md and docs/design/llome_loop.md.
 """
 
 from llome_jax.llome.data import (

@@ -21,15 +21,11 @@ from llome_jax.llome.data import PropEnConfig
 from llome_jax.llome.filter import FilterConfig
 from llome_jax.llome.refine import RefineConfig
 from llome_jax.llome.temperature import DEFAULT_TEMPERATURES
-from llome_jax.losses import LOSS_SPECS
+from llome_jax.loss_registry import LOSS_SPECS
 
 __all__ = [
     "FLAT_KEYS",
-    "LEGACY_VALUES",
     "LOSS_NAMES",
-    "NESTED_LEGACY_VALUES",
-    "NEUTRAL_ADDITIONS",
-    "SPEED_ONLY",
     "FinetuneConfig",
     "LoopConfig",
     "check_prior_fits",
@@ -37,45 +33,12 @@ __all__ = [
     "loss_for_round",
     "parse_schedule",
     "schedule_for_loss",
-    "upgrade_saved_config",
     "validate_config",
 ]
 
-#: Losses a round can train with: the registry ``llome_jax.losses.LOSS_SPECS`` (read at each
-#: check, so a loss registered with ``losses.register_loss`` is accepted everywhere).
+#: Losses a round can train with: the registry ``llome_jax.loss_registry.LOSS_SPECS`` (read at
+#: each check, so a loss registered with ``loss_registry.register_loss`` is accepted everywhere).
 LOSS_NAMES: Mapping[str, Any] = LOSS_SPECS
-
-#: Settings added after the first LLOME runs (flat names), with the value that reproduces the
-#: earlier behaviour: a run directory whose ``config.json`` lacks one resumes only with that value.
-LEGACY_VALUES: dict[str, Any] = {
-    "exclude_labelled": False,
-    "marge_weight_norm": "mean",
-    "training_data": "latest",
-    "sft_batch_size": None,
-    "dpo_compute_dtype": "float32",
-    "text_format": "list",
-    "head_on_targets": False,
-    "accounting": "every_evaluation",
-    "constraint_queries": "free",
-}
-
-#: ``(section, key) -> value`` of settings added to the nested configuration whose default is
-#: not the behaviour before them: a saved nested configuration without one resumes with the
-#: value that reproduces its run (as :data:`LEGACY_VALUES` does for flat ones).
-NESTED_LEGACY_VALUES: dict[tuple[str, str], Any] = {("finetune", "head_on_targets"): False}
-
-#: ``(section, key)`` of settings that change only the speed of a run, never its numbers (tested
-#: against the behaviour before them): a saved configuration made before one existed resumes with
-#: today's default instead of being refused.
-SPEED_ONLY: tuple[tuple[str, str], ...] = (("refine", "share_prompts"),)
-
-#: ``(section, key)`` of settings added to the nested configuration whose default is the behaviour
-#: before them (an override that is off by default): a saved configuration made before one
-#: existed resumes with that default, as for :data:`SPEED_ONLY`.
-NEUTRAL_ADDITIONS: tuple[tuple[str, str], ...] = (
-    ("finetune", "reward_beta"),
-    ("refine", "generate_dtype"),
-)
 
 
 # --------------------------------------------------------------------------------------------
@@ -159,8 +122,9 @@ class FinetuneConfig:
       learning_rate / dpo_learning_rate, weight_decay, warmup_steps / dpo_warmup_steps, epochs,
         batch_size (loss units per optimizer step: pairs, DPO triples), num_microbatches,
         max_grad_norm: training [1e-6 / 1e-7, 0.01, 0 / 150, 1, 64, -, 1.0]. AdamW for
-        SFT/MargE/REINFORCE, torch-RMSprop for DPO (``train.paper_optimizer``), linear decay,
-        fresh optimizer every round (the reference re-initialises it with each trainer).
+        SFT/MargE/REINFORCE, torch-RMSprop for DPO (``train_optimizer.paper_optimizer``),
+        linear decay, fresh optimizer every round (the reference re-initialises it with each
+        trainer).
       sft_batch_size: batch size of SFT rounds (``None``: ``batch_size``) [128: the appendix's
         SFT search picked 128, MargE and DPO 64].
       dpo_compute_dtype: matmul dtype of DPO training and its reference log-probs ("float32" /
@@ -310,7 +274,7 @@ class LoopConfig:
       text_format: how sequences are written for the model: "list", the paper's JSON list
         ``[3, 1, 5]``, or "compact", ``[3 1 5]`` without the comma tokens (a model on the
         Ehrlich tokenizer only: from scratch, or ``--weights`` from ``llome-jax pretrain``; half
-        the tokens to train on and to generate, see ``lm.tokenizer``).
+        the tokens to train on and to generate, see ``lm.text_format``).
       training_data: what a round trains on and takes its seeds from: "latest" = ``S_i``, the
         sequences labelled in the previous round (Algorithm 1 of the appendix, the authors' code);
         "cumulative" = every labelled sequence so far, ``D^(i)`` of the main text (Sec. 4: "the
@@ -427,8 +391,8 @@ class LoopConfig:
 
 
 #: The flat setting names of LoopConfig before its phases had their own configurations, and
-#: where each lives now. ``LoopConfig.replace``, ``presets.preset`` and old run directories'
-#: ``config.json`` accept them.
+#: where each lives now: ``LoopConfig.replace`` and ``presets.preset`` accept them (an old run
+#: directory's flat ``config.json`` is read by ``llome_jax.migrations``).
 FLAT_KEYS: dict[str, str] = {
     "ga_particles": "ga.num_particles",
     "ga_mutation_prob": "ga.mutation_prob",
@@ -466,38 +430,6 @@ def _expand_flat_keys(overrides: Mapping[str, Any]) -> dict[str, Any]:
         if key != "filter_rule":
             expanded[FLAT_KEYS.get(key, key)] = value
     return expanded
-
-
-def upgrade_saved_config(saved: Mapping[str, Any]) -> dict[str, Any]:
-    """A run directory's ``config.json`` in today's nested form.
-
-    One written before the configuration was nested has flat keys (:data:`FLAT_KEYS`); settings
-    added since are filled with the values that reproduce the old behaviour
-    (:data:`LEGACY_VALUES`). Keys that are not settings (``optimizer``, ``loss``,
-    ``provenance``) are kept. A nested one is returned unchanged, except that settings of
-    :data:`SPEED_ONLY` and :data:`NEUTRAL_ADDITIONS` it lacks take today's defaults and those of
-    :data:`NESTED_LEGACY_VALUES` their old behaviour.
-    """
-    if "finetune" in saved:
-        upgraded = dict(saved)
-        defaults = LoopConfig().to_dict()
-        fill = {(sec, key): defaults[sec][key] for sec, key in SPEED_ONLY + NEUTRAL_ADDITIONS}
-        for (section, key), value in {**fill, **NESTED_LEGACY_VALUES}.items():
-            if isinstance(upgraded.get(section), dict) and key not in upgraded[section]:
-                upgraded[section] = {**upgraded[section], key: value}
-        for key in ("accounting", "constraint_queries"):  # the information contract's settings
-            upgraded.setdefault(key, LEGACY_VALUES[key])
-        return upgraded
-    known = {f.name for f in dataclasses.fields(LoopConfig)} | set(FLAT_KEYS) | {"filter_rule"}
-    flat = {k: v for k, v in saved.items() if k in known}
-    rest = {k: v for k, v in saved.items() if k not in known}
-    for key, value in LEGACY_VALUES.items():
-        flat.setdefault(key, value)
-    try:
-        config = LoopConfig.from_dict(flat)
-    except ValueError:
-        return dict(saved)  # not a LLOME configuration this version reads: compared as it is
-    return {**rest, **config.to_dict()}
 
 
 # --------------------------------------------------------------------------------------------

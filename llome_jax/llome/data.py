@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from llome_jax.llome.neighbours import HammingNeighbours, hamming_neighbours
-from llome_jax.losses import margin_reward
+from llome_jax.loss_inputs import margin_reward
 
 __all__ = [
     "PreferenceTriples",

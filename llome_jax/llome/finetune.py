@@ -3,10 +3,10 @@
 * :func:`training_data`: PropEn pairs (SFT, MargE, REINFORCE) or preference triples (DPO) of the
   labelled set (``llome_jax.llome.data``), subsampled to ``max_train_examples`` and tokenised.
 * :func:`train`: ``epochs`` passes over the units in random order with the loss's optimizer
-  (``train.paper_optimizer``: AdamW, RMSprop for DPO; linear decay; a fresh optimizer every
-  round), the reference log-probs computed once from the round-start policy (the previous round's
-  model), and optional checkpoint selection with the greedy validity gate
-  (``llome_jax.llome.selection``).
+  (``train_optimizer.paper_optimizer``: AdamW, RMSprop for DPO; linear decay; a fresh optimizer
+  every round), the reference log-probs computed once from the round-start policy (the previous
+  round's model; ``dataset_logprobs.compute_logprobs``), and optional checkpoint selection with
+  the greedy validity gate (``llome_jax.llome.selection``).
 
 Every function takes the explicit :class:`~llome_jax.llome.runtime.Runtime`; jitted steps are
 compiled once per runtime and optimizer configuration.
@@ -25,7 +25,7 @@ import numpy as np
 
 from llome_jax.llome.config import LoopConfig
 from llome_jax.llome.runtime import Runtime, model_with
-from llome_jax.losses import loss_spec
+from llome_jax.loss_registry import loss_spec
 from llome_jax.runner import progress_bar
 
 __all__ = [
@@ -43,7 +43,7 @@ __all__ = [
 
 
 def optimizer_config(cfg: LoopConfig, loss: str, total_steps: int, round_index: int = 2) -> Any:
-    from llome_jax.train import paper_optimizer
+    from llome_jax.train_optimizer import paper_optimizer
 
     learning_rate = cfg.finetune.learning_rate
     if round_index == 1 and cfg.finetune.first_round_learning_rate is not None:
@@ -72,7 +72,7 @@ def train_step(rt: Runtime, cfg: LoopConfig, loss: str, opt_config: Any) -> Any:
 
 
 def _make_train_step(rt: Runtime, cfg: LoopConfig, loss: str, opt_config: Any) -> Any:
-    from llome_jax.losses import get_loss
+    from llome_jax.loss_registry import get_loss
     from llome_jax.train import make_train_step
 
     return make_train_step(
@@ -204,7 +204,7 @@ def eval_step(rt: Runtime, cfg: LoopConfig, loss: str) -> Any:
 
 
 def _make_eval_step(rt: Runtime, cfg: LoopConfig, loss: str) -> Any:
-    from llome_jax.losses import get_loss
+    from llome_jax.loss_registry import get_loss
     from llome_jax.train import make_eval_step
 
     return make_eval_step(
@@ -270,14 +270,11 @@ def train(
     ``gate_feasible``, ``selection_history``, ``num_val_units`` and ``time_selection``.
     """
     from llome_jax import parallel
+    from llome_jax.dataset_logprobs import compute_logprobs
     from llome_jax.llome import selection
-    from llome_jax.losses import LossBatch
-    from llome_jax.train import (
-        TrainBatch,
-        TrainState,
-        compute_logprobs,
-        make_optimizer,
-    )
+    from llome_jax.loss_inputs import LossBatch
+    from llome_jax.train import TrainBatch, TrainState
+    from llome_jax.train_optimizer import make_optimizer
     from llome_jax.types import SeqLogProbs
 
     n = int(data["units"])

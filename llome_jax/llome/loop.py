@@ -49,14 +49,12 @@ import numpy as np
 
 from llome_jax.llome.config import (
     FLAT_KEYS,
-    LEGACY_VALUES,
     LOSS_NAMES,
     FinetuneConfig,
     LoopConfig,
     loss_for_round,
     parse_schedule,
     schedule_for_loss,
-    upgrade_saved_config,
     validate_config,
 )
 from llome_jax.llome.round import llome_round
@@ -70,14 +68,14 @@ from llome_jax.llome.state import (
     save_checkpoint,
     stop_message,
 )
-from llome_jax.objective import Objective, objective_config
-from llome_jax.oracle import Oracle
+from llome_jax.migrations import LLOME_MIGRATIONS
+from llome_jax.objective import Objective
+from llome_jax.plugin import RoundOptimizerBase
 from llome_jax.runner import RoundResult, RunResult
 from llome_jax.runner import run as run_rounds
 
 __all__ = [
     "FLAT_KEYS",
-    "LEGACY_VALUES",
     "LOSS_NAMES",
     "STOP_REASONS",
     "FinetuneConfig",
@@ -104,7 +102,7 @@ def _fmt(value: Any, spec: str) -> str:
     )
 
 
-class Llome:
+class Llome(RoundOptimizerBase):
     """LLOME as a :class:`~llome_jax.runner.RoundOptimizer` over :class:`LoopState`.
 
     Construction validates ``cfg`` and ``objective`` (an :class:`~llome_jax.objective.Objective`
@@ -114,6 +112,7 @@ class Llome:
     """
 
     name = "llome"
+    migrations = LLOME_MIGRATIONS
 
     def __init__(
         self,
@@ -123,40 +122,19 @@ class Llome:
         *,
         candidates_dir: str | pathlib.Path | None = None,
     ) -> None:
-        if objective is not None and not isinstance(objective, Objective):
-            raise ValueError(f"objective must be a llome_jax.Objective; got {type(objective)}.")
+        self.require_objective(objective)
         if runtime is not None and objective is not None and runtime.objective is not objective:
             raise ValueError("the runtime was built for another objective: pass one of the two.")
         validate_config(cfg, check_function=objective is None and runtime is None)
         if objective is not None and not objective.is_ehrlich:
             objective.validate()
-        self.cfg = cfg
-        self.seed = cfg.seed
         self.runtime = Runtime.build(cfg, objective) if runtime is None else runtime
-        self.oracle = Oracle(self.runtime.objective, cfg.accounting, cfg.constraint_queries)
+        custom = self.runtime.custom_objective
+        super().__init__(cfg, self.runtime.objective, custom_objective=custom)
         self.candidates_dir = None if candidates_dir is None else pathlib.Path(candidates_dir)
 
-    @property
-    def objective(self) -> Objective:
-        return self.runtime.objective
-
-    @property
-    def problem(self) -> str:
-        """What is optimised, for titles: ``cfg.function`` or the objective's name."""
-        return self.objective.name if self.runtime.custom_objective else self.cfg.function
-
-    def config_dict(self) -> dict[str, Any]:
-        custom = self.objective if self.runtime.custom_objective else None
-        return objective_config(self.cfg.to_dict(), custom)
-
-    def upgrade_config(self, saved: dict[str, Any]) -> dict[str, Any]:
-        return upgrade_saved_config(saved)
-
-    def total_rounds(self) -> int:
-        return self.cfg.rounds
-
     def init(self, key: jax.Array) -> tuple[LoopState, RoundResult]:
-        from llome_jax.rundir import round_metrics
+        from llome_jax.metrics import round_metrics
 
         cfg, oracle = self.cfg, self.oracle
         runtime = self.runtime
@@ -253,12 +231,6 @@ class Llome:
             f"{_fmt(m['train_loss'], '.4f')}, T+{_fmt(m['temperature_offset'], '.1f')}, "
             f"{_fmt(m.get('seconds'), '.0f')} s"
         )
-
-    def plot(self, run_dir: Any) -> None:
-        from llome_jax.rundir import plot_options
-
-        # legend and heading come from config.json (RunDirectory.plot_regret), as compare names
-        run_dir.plot_regret(log_x=False, **plot_options(self.objective))
 
 
 def run(

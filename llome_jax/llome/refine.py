@@ -17,7 +17,7 @@ temperature (``0`` = greedy), split into equal fixed-shape chunks of at most
 pass runs once per distinct prompt (``share_prompts``), and on XLA:CPU without a mesh the
 chunks run concurrently on the host's cores (:mod:`llome_jax.host_threads`; same numbers).
 Outputs are cut at the first ``]`` token, parsed and validated by the
-:class:`~llome_jax.lm.tokenizer.SequenceCodec`; invalid outputs are counted, never kept, never
+:class:`~llome_jax.lm.codec.SequenceCodec`; invalid outputs are counted, never kept, never
 chosen as the next input (a trajectory keeps its prompt when nothing valid came out).
 
 Likelihoods (as the authors' code computes them): ``log_likelihood`` is the mean over the kept
@@ -270,7 +270,7 @@ def iterative_refinement(
       key: typed PRNG key; the result is a deterministic function of it (and of
         ``config.batch_size``, which fixes the chunking).
       model: a :class:`llome_jax.lm.pythia.Pythia` (KV-cache decoding).
-      codec: :class:`llome_jax.lm.tokenizer.SequenceCodec` for ``fn``'s ``v`` and ``L``.
+      codec: :class:`llome_jax.lm.codec.SequenceCodec` for ``fn``'s ``v`` and ``L``.
       fn: the Ehrlich instance or an :class:`~llome_jax.objective.Objective` (only its constraint
         check is used; an objective without ``is_feasible`` counts every sequence feasible).
       seeds: int ``[n_s, L]`` seed sequences (e.g. from ``select_seeds``).

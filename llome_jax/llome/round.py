@@ -111,7 +111,7 @@ def llome_round(
     from llome_jax.llome.refine import iterative_refinement
     from llome_jax.llome.seeds import select_seeds, select_seeds_reference
     from llome_jax.llome.temperature import TemperatureSchedule, temperature_offset, temperatures
-    from llome_jax.rundir import round_metrics
+    from llome_jax.metrics import round_metrics
 
     if oracle is None:
         from llome_jax.oracle import Oracle
@@ -365,7 +365,7 @@ def _diagnostic_edit_rewards(
     edits whose input was labelled before (GA data, earlier rounds; the seeds of the round) count,
     with that label. float32 ``[m]`` (possibly empty).
     """
-    from llome_jax.losses import margin_reward
+    from llome_jax.loss_inputs import margin_reward
 
     if not len(new_v):
         return np.zeros(0)

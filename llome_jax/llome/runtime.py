@@ -38,7 +38,7 @@ class Runtime:
     Attributes:
       objective: the :class:`~llome_jax.objective.Objective` (labels, constraint checks, the
         start sequence ``objective.x0``, the GA's initial particle).
-      codec: ``lm.tokenizer.SequenceCodec`` between sequences and token ids.
+      codec: ``lm.codec.SequenceCodec`` between sequences and token ids.
       model: the NNX policy model (graph structure + initial parameters).
       mesh: the data-parallel mesh, or ``None`` (one device).
       custom_objective: whether ``objective`` was given instead of resolved from ``cfg.function``.
@@ -70,7 +70,8 @@ class Runtime:
         from flax import nnx
 
         from llome_jax import parallel
-        from llome_jax.lm.tokenizer import SequenceCodec, load_tokenizer, make_ehrlich_tokenizer
+        from llome_jax.lm.codec import SequenceCodec
+        from llome_jax.lm.tokenizer import load_tokenizer, make_ehrlich_tokenizer
         from llome_jax.objective import ehrlich_objective
 
         custom = objective is not None
@@ -78,7 +79,7 @@ class Runtime:
             objective = ehrlich_objective(cfg.function, cfg.instance_seed)
         num_states, length = objective.num_states, objective.length
         if cfg.weights is not None:
-            from llome_jax.lm.pythia import from_pretrained
+            from llome_jax.lm.convert import from_pretrained
 
             directory = check_weights_dir(cfg.weights)
             tokenizer = load_tokenizer(directory)

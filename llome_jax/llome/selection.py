@@ -242,7 +242,7 @@ def prompt_sequences(codec: Any, input_ids: Any, attention_mask: Any) -> np.ndar
     Raises:
       ValueError: a row whose prompt does not parse.
     """
-    from llome_jax.lm.tokenizer import PROMPT_TAG
+    from llome_jax.lm.text_format import PROMPT_TAG
 
     ids = np.asarray(input_ids)
     mask = np.asarray(attention_mask).astype(bool)
@@ -277,7 +277,7 @@ def greedy_gate(
 
     Args:
       model: a :class:`llome_jax.lm.pythia.Pythia` carrying the candidate's parameters.
-      codec: the run's :class:`llome_jax.lm.tokenizer.SequenceCodec`.
+      codec: the run's :class:`llome_jax.lm.codec.SequenceCodec`.
       fn: the Ehrlich function (its constraint check ``ehrlich.is_feasible``; no oracle call) or
         an :class:`~llome_jax.objective.Objective` (its ``is_feasible``; all feasible without one).
       prompts: int ``[n_g, L]`` validation inputs ``x``.

@@ -130,11 +130,11 @@ def init_state(key: jax.Array, rt: Runtime, cfg: LoopConfig) -> LoopState:
     ``key`` is the run key, ``jax.random.key(cfg.seed)``: the GA and the rounds use keys derived
     from it (``runtime.named_key``); the model was initialised by ``Runtime.build``.
     """
-    from llome_jax import ga
+    from llome_jax import ga_loop
     from llome_jax.runner import round0_key
-    from llome_jax.train import make_optimizer
+    from llome_jax.train_optimizer import make_optimizer
 
-    archive = ga.run_archive(
+    archive = ga_loop.run_archive(
         round0_key(key),  # the round 0 every optimizer shares
         rt.objective,
         rt.x0,
@@ -164,7 +164,7 @@ def init_state(key: jax.Array, rt: Runtime, cfg: LoopConfig) -> LoopState:
 
 def abstract_state(rt: Runtime, cfg: LoopConfig, round_index: int) -> LoopState:
     """Shapes/dtypes of the device part of the state saved at ``round_index`` (archive empty)."""
-    from llome_jax.train import make_optimizer
+    from llome_jax.train_optimizer import make_optimizer
 
     params = jax.eval_shape(lambda: initial_params(rt.model))
     loss = cfg.loss(max(round_index, 1))

@@ -3,9 +3,9 @@ of converted models as orbax checkpoints.
 
 Reading (no torch needed for safetensors)::
 
-    model = load("path/to/pythia-2.8b")        # config.json + model.safetensors (or sharded)
-    save_converted(model, "runs/pythia-2.8b")  # llome_pythia.json + params/ (orbax)
-    model = load("runs/pythia-2.8b")           # faster: no transposes, no fp16 -> fp32 pass
+    model = from_pretrained("path/to/pythia-2.8b")  # config.json + model.safetensors (or sharded)
+    save_converted(model, "runs/pythia-2.8b")       # llome_pythia.json + params/ (orbax)
+    model = from_pretrained("runs/pythia-2.8b")     # faster: no transposes, no fp16 -> fp32 pass
 
 Accepted HF inputs (transformers' GPT-NeoX formats; docs/design/pythia.md):
 
@@ -44,10 +44,10 @@ __all__ = [
     "CONVERTED_CONFIG",
     "CheckpointFormatError",
     "config_from_hf",
+    "from_pretrained",
     "hf_config_dict",
     "hf_tensors",
     "is_converted",
-    "load",
     "load_converted",
     "load_hf",
     "read_hf_tensors",
@@ -515,8 +515,11 @@ def load_converted(directory: str | os.PathLike, **overrides: Any) -> Pythia:
     return nnx.merge(graphdef, state)
 
 
-def load(path: str | os.PathLike, **overrides: Any) -> Pythia:
-    """Load a converted (orbax) directory or an HF checkpoint directory, whichever ``path`` is."""
+def from_pretrained(path: str | os.PathLike, **overrides: Any) -> Pythia:
+    """Load a model from a Hugging Face checkpoint directory or a ``convert-pythia`` output
+    (orbax), whichever ``path`` is (``overrides`` replace config fields, e.g.
+    ``compute_dtype="bfloat16"``).
+    """
     d = pathlib.Path(path)
     if not d.exists():
         raise FileNotFoundError(f"checkpoint directory {d} not found")

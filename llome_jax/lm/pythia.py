@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from typing import Any
 
 import jax
@@ -57,7 +56,6 @@ __all__ = [
     "PythiaConfig",
     "attention_mask_for",
     "cast_floats",
-    "from_pretrained",
     "graphdef_in_dtype",
     "num_parameters",
 ]
@@ -554,14 +552,3 @@ def cast_floats(tree: Any, dtype: str) -> Any:
         return leaf
 
     return jax.tree.map(cast, tree)
-
-
-def from_pretrained(path: str | os.PathLike, **overrides: Any) -> Pythia:
-    """Load a model from a Hugging Face checkpoint directory or a ``convert-pythia`` output.
-
-    See :func:`llome_jax.lm.convert.load` (``overrides`` replace config fields, e.g.
-    ``compute_dtype="bfloat16"``).
-    """
-    from llome_jax.lm import convert
-
-    return convert.load(path, **overrides)

@@ -1,0 +1,84 @@
+"""The GA difficulty sweep (paper App. A, Fig. "difficulty"; the paper driver's figure 10).
+
+Starting from a reference configuration, each parameter (``v``, ``L``, ``c``, ``k``, ``q``) is
+varied on its own; for every setting the paper's GA (n = 1000, alpha = 0.1, p_m = 0.005,
+p_r = 0.0882) runs on several instances (instance seed = run seed, so the spread covers both the
+function and the optimizer's randomness), all seeds of one setting vmapped in a single jitted
+call. When ``k`` varies, ``q`` follows it (``q = k``, the reference's dense signal), since ``q``
+must lie in ``[1, k]``. ``experiments/ga_difficulty.py`` draws the same sweep on its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from llome_jax import ehrlich, ga, ga_loop
+from llome_jax.bench.plan import Scale
+
+__all__ = ["REFERENCE", "VARIATIONS", "run_difficulty", "run_setting"]
+
+REFERENCE = ehrlich.EhrlichConfig(
+    num_states=32, dim=32, num_motifs=2, motif_length=4, quantization=4
+)
+#: parameter symbol -> (``EhrlichConfig`` field, the values it takes)
+VARIATIONS: dict[str, tuple[str, list[int]]] = {
+    "v": ("num_states", [8, 32, 128]),
+    "L": ("dim", [16, 32, 128]),
+    "c": ("num_motifs", [1, 2, 4]),
+    "k": ("motif_length", [2, 4, 8]),
+    "q": ("quantization", [1, 2, 4]),
+}
+
+
+def run_setting(config: ehrlich.EhrlichConfig, seeds: list[int], generations: int) -> np.ndarray:
+    """Best value so far per generation, ``[seeds, generations]``, one instance per seed."""
+    instances, starts = [], []
+    for seed in seeds:
+        key = jax.random.key(seed)
+        instance = ehrlich.make(key, config)
+        instances.append(instance)
+        starts.append(ehrlich.initial_solution(jax.random.fold_in(key, 0x1A1), instance, 1)[0])
+    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *instances)
+    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), 7))(jnp.asarray(seeds))
+    runner = jax.jit(
+        jax.vmap(lambda k, f, x0: ga_loop.run(k, f, x0, generations, ga.GAConfig())[1])
+    )
+    trace = runner(keys, stacked, jnp.stack(starts))
+    return np.asarray(trace.best_value)
+
+
+def run_difficulty(scale: Scale, path: pathlib.Path) -> str:
+    """The GA difficulty sweep of the paper driver (figure 10) into ``path/curves.csv``, at the
+    scale's generations and seeds; skipped when it exists (each setting is a few seconds at
+    smoke scale, minutes at cpu scale, so the sweep restarts as a whole)."""
+    from llome_jax.bench.results import write_csv
+
+    if (path / "curves.csv").exists():
+        return "skipped"
+    path.mkdir(parents=True, exist_ok=True)
+    seeds = list(range(scale.difficulty_seeds))
+    rows, cache = [], {}
+    for symbol, (field, values) in VARIATIONS.items():
+        for value in values:
+            changes = {field: value}
+            if field == "motif_length":
+                changes["quantization"] = value
+            config = dataclasses.replace(REFERENCE, **changes)
+            if config not in cache:  # the reference setting recurs in every variation
+                cache[config] = run_setting(config, seeds, scale.difficulty_generations)
+            best = cache[config]
+            for seed, row in zip(seeds, best):
+                for g, b in enumerate(row, start=1):
+                    rows.append(
+                        [symbol, value, config.name, seed, g, 1000 * g, repr(1.0 - float(b))]
+                    )
+    header = ["parameter", "value", "config", "seed", "generation", "num_evaluations", "min_regret"]
+    partial = path / "curves.partial.csv"
+    write_csv(partial, header, rows)
+    partial.replace(path / "curves.csv")
+    return "new"

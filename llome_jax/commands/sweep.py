@@ -1,0 +1,254 @@
+"""``llome-jax sweep``: a plan's runs on this machine, SLURM (submitit) or Ray, then one report
+(:mod:`llome_jax.sweep`)."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "sweep"
+HELP = (
+    "Run a plan (a YAML file, or the paper's plan: --scale, --only, --methods) on an executor: "
+    "inline, local (one process per core), slurm (a submitit job array) or ray; failed runs are "
+    "recorded in OUT/failures.jsonl and resubmitted (--retries), each resuming its run "
+    "directory; then OUT/report.md from whatever finished, naming what is missing."
+)
+ORDER = 75
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "plan",
+        nargs="?",
+        default=None,
+        metavar="PLAN",
+        help="a YAML plan (functions, methods, seeds, presets, budget, ...: "
+        "docs/howto/cluster-sweeps.md); without one, the paper's plan",
+    )
+    parser.add_argument(
+        "--executor",
+        default="local",
+        choices=("inline", "local", "slurm", "ray"),
+        help="where the runs go: inline (this process), local (a spawned process per run, one "
+        "per core, CUDA_VISIBLE_DEVICES per GPU; default), slurm (submitit job arrays with each "
+        "run's resources and a time limit), ray (one Ray task per run)",
+    )
+    parser.add_argument("--out", default="results/sweep")
+    parser.add_argument("--scale", default="smoke", help="the paper's plan: smoke, cpu or paper")
+    parser.add_argument("--only", default=None, help="the paper's plan: figures, comma-separated")
+    parser.add_argument("--methods", default=None, help="the paper's plan: methods")
+    parser.add_argument(
+        "--weights", default=None, help="the Pythia-2.8B directory the paper scale fine-tunes"
+    )
+    parser.add_argument(
+        "--runs",
+        default=None,
+        help="only the runs whose name matches one of these comma-separated shell patterns "
+        "(e.g. 'f2/LaMBO-2_*'); the report still covers every run",
+    )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=1,
+        help="resubmit a failed run this many times (each resumes its run directory)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the runs with their resources, time limits and state, and the wall time on "
+        "--workers parallel workers; submit nothing",
+    )
+    parser.add_argument(
+        "--report-only", action="store_true", help="write the report from the finished runs"
+    )
+    parser.add_argument("--no-report", action="store_true", help="no report after the runs")
+    resources = parser.add_argument_group("resources (every run; default: the plan's)")
+    resources.add_argument("--cpus", type=int, default=None, help="CPU cores per run")
+    resources.add_argument("--gpus", type=int, default=None, help="GPUs per run")
+    resources.add_argument("--mem-gb", type=float, default=None, help="memory per run (GB)")
+    resources.add_argument(
+        "--time-margin",
+        type=float,
+        default=2.0,
+        help="a run's time limit: its estimated cost times this (slurm)",
+    )
+    resources.add_argument(
+        "--min-minutes", type=int, default=10, help="the shortest time limit (slurm)"
+    )
+    engines = parser.add_argument_group("executors")
+    engines.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="local: processes at a time (default one per usable core); slurm: the array's "
+        "parallel limit; --dry-run: the workers its wall time assumes",
+    )
+    engines.add_argument(
+        "--partition", default=None, help="slurm: the partition (sbatch --partition)"
+    )
+    engines.add_argument(
+        "--slurm",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="slurm: another submitit slurm_KEY parameter (account=..., qos=..., "
+        "constraint=...); repeatable",
+    )
+    engines.add_argument(
+        "--submitit-cluster",
+        default="slurm",
+        choices=("slurm", "local"),
+        help="slurm: submit to SLURM, or run the same jobs with submitit's local executor",
+    )
+    engines.add_argument(
+        "--ray-address",
+        default=None,
+        help="ray: the cluster (auto, or ray://HOST:PORT); default a local Ray for the sweep",
+    )
+    engines.add_argument(
+        "--compile-cache",
+        default="task",
+        choices=("task", "node", "off"),
+        help="JAX compilation cache: one per task (OUT/.jax_cache/<run>), one per node "
+        "($TMPDIR, locked), or none",
+    )
+    engines.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an environment variable for every run (repeatable)",
+    )
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, str]:
+    found = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{flag} takes KEY=VALUE, got {item!r}")
+        found[key] = value
+    return found
+
+
+def build_plan(args: argparse.Namespace):
+    """The plan the flags name, with ``--cpus``/``--gpus``/``--mem-gb`` over every run."""
+    import dataclasses
+
+    from llome_jax.sweep.plans import Resources, load_plan, paper_plan
+
+    if args.plan is not None:
+        plan = load_plan(args.plan)
+        if args.weights:
+            scale = plan.scale
+            overrides = (*scale.llome_overrides, ("weights", args.weights))
+            plan = dataclasses.replace(
+                plan, scale=dataclasses.replace(scale, llome_overrides=overrides)
+            )
+    else:
+        plan = paper_plan(args.scale, args.only, args.methods, weights=args.weights)
+    given = {"cpus": args.cpus, "gpus": args.gpus, "mem_gb": args.mem_gb}
+    if any(v is not None for v in given.values()):
+        table = [
+            *plan.resources,
+            ("*", Resources(**{k: v for k, v in given.items()})),  # type: ignore[arg-type]
+        ]
+        plan = dataclasses.replace(plan, resources=tuple(table))
+    return plan
+
+
+def run(args: argparse.Namespace) -> int:
+    import pathlib
+
+    from llome_jax.sweep import driver
+
+    plan = build_plan(args)
+    out = pathlib.Path(args.out)
+    patterns = None if args.runs is None else [p.strip() for p in args.runs.split(",") if p]
+    if args.dry_run:
+        print_plan(plan, out, plan.select(patterns), args)
+        return 0
+    if args.report_only:
+        out.mkdir(parents=True, exist_ok=True)
+        driver.write_sweep_report(plan, out.resolve(), args.executor)
+        print(f"wrote {out / 'report.md'}")
+        return 0
+    options = _executor_options(args)
+    result = driver.run_sweep(
+        plan,
+        out,
+        args.executor,
+        runs=patterns,
+        retries=args.retries,
+        cache=args.compile_cache,
+        env=_pairs(args.env, "--env"),
+        report=not args.no_report,
+        **options,
+    )
+    return 0 if not result.missing else 1
+
+
+def _executor_options(args: argparse.Namespace) -> dict:
+    import importlib.util
+
+    if args.executor in ("slurm", "ray"):
+        module, extra = ("submitit", "slurm") if args.executor == "slurm" else ("ray", "ray")
+        if importlib.util.find_spec(module) is None:
+            raise ValueError(
+                f'--executor {args.executor} needs {module}: pip install "llome-jax[{extra}]"'
+            )
+    if args.executor == "local":
+        return {"workers": args.workers}
+    if args.executor == "slurm":
+        slurm = _pairs(args.slurm, "--slurm")
+        if args.partition:
+            slurm["partition"] = args.partition
+        return {
+            "cluster": args.submitit_cluster,
+            "margin": args.time_margin,
+            "min_minutes": args.min_minutes,
+            "parallelism": args.workers,
+            "slurm": slurm,
+        }
+    if args.executor == "ray":
+        return {"address": args.ray_address}
+    return {}
+
+
+def print_plan(plan, out, names: list[str], args: argparse.Namespace) -> None:
+    """``--dry-run``: each selected run with its kind, resources, time limit, estimated minutes
+    and state, then the estimated wall time on ``--workers`` workers (longest runs first)."""
+    from llome_jax.sweep.driver import finished
+
+    workers = args.workers or 1
+    print(
+        f"{len(names)} run(s) of plan {plan.name!r} (scale {plan.scale_name}, "
+        f"{plan.scale.rounds} rounds), figures: {', '.join(plan.figures)}"
+    )
+    for name in names:
+        spec = plan.spec(name)
+        need = plan.resources_for(name)
+        memory = "" if need.mem_gb is None else f" {need.mem_gb:g} GB"
+        limit = plan.time_limit_minutes(name, args.time_margin, args.min_minutes)
+        state = "done" if finished(out, name) else "todo"
+        print(
+            f"  {name:45s} {spec.kind if spec else 'ga':7s} {plan.seconds(name) / 60:8.1f} min  "
+            f"{need.cpus} CPU {need.gpus} GPU{memory}, limit {limit} min  {state}"
+        )
+    seconds = [plan.seconds(name) for name in names if not finished(out, name)]
+    print(
+        f"estimated total: {sum(seconds) / 3600:.2f} h of runs; on {workers} worker(s) about "
+        f"{makespan(seconds, workers) / 3600:.2f} h (longest run "
+        f"{max(seconds, default=0.0) / 3600:.2f} h; costs measured on one core of a shared "
+        "2-core CPU, the paper scale's LLOME and LaMBO-2 per GPU)"
+    )
+
+
+def makespan(seconds: list[float], workers: int) -> float:
+    """The wall time of ``seconds`` of runs on ``workers`` workers, longest first, each to the
+    worker that frees first (a greedy schedule, within 4/3 of the best)."""
+    import heapq
+
+    ends = [0.0] * max(1, workers)
+    for cost in sorted(seconds, reverse=True):
+        heapq.heapreplace(ends, ends[0] + cost)
+    return max(ends)

@@ -1,0 +1,283 @@
+"""One sweep API on every engine: :func:`run_sweep`.
+
+:func:`run_sweep` submits a plan's unfinished runs to an executor (``inline``, ``local``,
+``slurm``, ``ray``; :func:`make_executor`), records every failed attempt in ``OUT/failures.jsonl``
+(the run, the attempt, the error and its traceback, or how the process died and the end of its
+log), resubmits the failed runs up to ``retries`` times (each resumes its run directory from its
+last checkpoint), and finally writes the paper driver's report from whatever finished
+(:func:`llome_jax.bench.report.write_report`: ``report.md``, ``curves.csv``, the figures) with a
+``Sweep`` section that names what is missing and why. Run directories are the paper driver's
+(``OUT/runs/<function>/<method>_seed<k>``), so ``llome-jax paper --report-only`` reads a sweep's
+``OUT`` and the other way round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from llome_jax.sweep.plans import DIFFICULTY, SweepPlan
+from llome_jax.sweep.tasks import CACHE_MODES, Task, TaskResult, log_path
+
+__all__ = ["EXECUTORS", "FAILURES", "SweepResult", "finished", "make_executor", "run_sweep"]
+
+#: the executors :func:`make_executor` knows
+EXECUTORS = ("inline", "local", "slurm", "ray")
+#: one JSON line per failed attempt, in ``OUT``
+FAILURES = "failures.jsonl"
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepResult:
+    """What a sweep did.
+
+    Attributes:
+      done: the selected runs that are finished (this call or before).
+      missing: selected run -> why it is not finished (its last failure).
+      results: every attempt's result, in the order they ended.
+      failures: the failed attempts this call recorded.
+      seconds: the wall time of the call.
+    """
+
+    done: tuple[str, ...]
+    missing: dict[str, str]
+    results: tuple[TaskResult, ...]
+    failures: int
+    seconds: float
+
+
+def make_executor(name: str, out: str | os.PathLike, **options: Any) -> Any:
+    """The executor ``name`` (:data:`EXECUTORS`) with its ``options``: ``local``: ``workers``,
+    ``gpus``; ``slurm``: ``cluster``, ``margin``, ``min_minutes``, ``parallelism``, ``slurm``,
+    ``poll`` (submitit's files under ``OUT/sweep/submitit``); ``ray``: ``address``,
+    ``num_cpus``.
+
+    Raises:
+      ValueError: an unknown executor.
+    """
+    if name == "inline":
+        from llome_jax.sweep.local import InlineExecutor
+
+        return InlineExecutor()
+    if name == "local":
+        from llome_jax.sweep.local import LocalExecutor
+
+        return LocalExecutor(**options)
+    if name == "slurm":
+        from llome_jax.sweep.engines import SubmititExecutor
+
+        folder = options.pop("folder", None) or pathlib.Path(out) / "sweep" / "submitit"
+        return SubmititExecutor(folder, **options)
+    if name == "ray":
+        from llome_jax.sweep.engines import RayExecutor
+
+        return RayExecutor(**options)
+    raise ValueError(f"unknown executor {name!r}; choose from {', '.join(EXECUTORS)}")
+
+
+def finished(out: pathlib.Path, name: str) -> bool:
+    """Whether the run ``name`` under ``out`` is finished (``done.json``; the difficulty sweep:
+    its ``curves.csv``)."""
+    marker = "curves.csv" if name == DIFFICULTY else "done.json"
+    return (out / "runs" / name / marker).exists()
+
+
+def run_sweep(
+    plan: SweepPlan,
+    out: str | os.PathLike,
+    executor: Any = "local",
+    *,
+    runs: Sequence[str] | None = None,
+    retries: int = 0,
+    cache: str = "task",
+    env: Mapping[str, str] | None = None,
+    report: bool = True,
+    log: Any = print,
+    **options: Any,
+) -> SweepResult:
+    """Run ``plan``'s unfinished runs (those matching the shell patterns ``runs``) on
+    ``executor`` (a name of :data:`EXECUTORS`, with ``options`` for :func:`make_executor`, or an
+    executor object), resubmitting failed ones up to ``retries`` times, then write the report
+    (module docstring).
+
+    Args:
+      cache: each task's compilation cache (:data:`llome_jax.sweep.tasks.CACHE_MODES`).
+      env: environment variables set in every task before JAX starts.
+      report: write ``report.md`` and the figures after the runs (from every planned run that
+        finished, the unselected included).
+      log: where progress lines go.
+
+    Raises:
+      UsageError: ``runs`` patterns that match nothing.
+      ValueError: an unknown executor, a negative ``retries``, an unknown cache mode.
+    """
+    if retries < 0:
+        raise ValueError(f"retries must be >= 0, got {retries}")
+    if cache not in CACHE_MODES:
+        raise ValueError(f"cache must be one of {', '.join(CACHE_MODES)}, got {cache!r}")
+    t0 = time.perf_counter()
+    out = pathlib.Path(out).resolve()
+    names = plan.select(runs)
+    out.mkdir(parents=True, exist_ok=True)
+    engine = make_executor(executor, out, **options) if isinstance(executor, str) else executor
+    if engine.name == "inline" and cache == "task":  # one process: one cache for every run
+        from llome_jax import compile_cache
+
+        compile_cache.enable(out / ".jax_cache" / "inline")
+    previous = _attempts(out)
+    pending = [
+        Task(
+            name,
+            plan.spec(name),
+            plan.scale,
+            str(out),
+            attempt=previous.get(name, 0) + 1,
+            env=tuple((env or {}).items()),
+            cache=cache,
+        )
+        for name in names
+        if not finished(out, name)
+    ]
+    skipped = len(names) - len(pending)
+    log(
+        f"{len(names)} run(s) of plan {plan.name!r} on {engine.name}: {skipped} finished, "
+        f"{len(pending)} to run"
+    )
+    results: list[TaskResult] = []
+    last_failure: dict[str, TaskResult] = {}
+    try:
+        failures = _submit(engine, plan, out, pending, retries, results, last_failure, log)
+    finally:
+        close = getattr(engine, "close", None)
+        if close is not None:
+            close()
+    done = tuple(name for name in names if finished(out, name))
+    missing = {}
+    for name in names:
+        if name in done:
+            continue
+        failure = last_failure.get(name)
+        missing[name] = (
+            f"{failure.status} in attempt {failure.attempt}: {failure.error}"
+            if failure
+            else "not run"
+        )
+    summary = SweepResult(done, missing, tuple(results), failures, time.perf_counter() - t0)
+    log(
+        f"{len(done)} of {len(names)} run(s) finished, {len(missing)} missing, "
+        f"{failures} failed attempt(s) in {summary.seconds:.0f} s"
+    )
+    if report:
+        write_sweep_report(plan, out, engine.name, summary, names)
+        log(f"wrote {out / 'report.md'}")
+    return summary
+
+
+def write_sweep_report(
+    plan: SweepPlan,
+    out: pathlib.Path,
+    executor: str,
+    summary: SweepResult | None = None,
+    selected: Sequence[str] | None = None,
+) -> None:
+    """The paper driver's report of every planned run that finished, then a ``Sweep`` section:
+    the executor, what is missing and why (``summary``'s reasons; runs outside ``selected``
+    were not selected), where the failures are."""
+    from llome_jax.bench import report
+
+    total = sum(plan.seconds(name) for name in plan.names)
+    report.write_report(
+        out, plan.scale_name, plan.scale, list(plan.runs), list(plan.figures), total
+    )
+    everything = [name for name in plan.names if not finished(out, name)]
+    lines = [
+        "",
+        "## Sweep",
+        "",
+        f"Plan `{plan.name}` (scale `{plan.scale_name}`, {len(plan.names)} runs) on the "
+        f"`{executor}` executor: {len(plan.names) - len(everything)} finished, "
+        f"{len(everything)} missing. Failed attempts are in `{FAILURES}` (with tracebacks), "
+        "each task's output in `sweep/logs/`. The same command runs what is missing "
+        "(finished runs are skipped, interrupted ones resume from their last checkpoint).",
+        "",
+    ]
+    if everything:
+        lines += ["| missing run | why |", "|---|---|"]
+        reasons = summary.missing if summary is not None else {}
+        for name in everything:
+            why = reasons.get(name) or (
+                "not selected (--runs)"
+                if selected is not None and name not in selected
+                else "not finished"
+            )
+            lines.append(f"| {name} | {why.replace('|', '/')} |")
+        lines.append("")
+    with open(out / "report.md", "a") as stream:
+        stream.write("\n".join(lines))
+
+
+def _record(out: pathlib.Path, result: TaskResult, executor: str) -> None:
+    """Append a failed attempt to ``failures.jsonl`` (fsynced)."""
+    with open(out / FAILURES, "a") as stream:
+        stream.write(json.dumps(result.record(executor)) + "\n")
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+def _attempts(out: pathlib.Path) -> dict[str, int]:
+    """The highest attempt of each run in ``failures.jsonl`` (so attempts and their logs go on
+    numbering across calls)."""
+    found: dict[str, int] = {}
+    try:
+        lines = (out / FAILURES).read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        try:
+            record = json.loads(line)
+            found[record["run"]] = max(found.get(record["run"], 0), int(record["attempt"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def _submit(
+    engine: Any,
+    plan: SweepPlan,
+    out: pathlib.Path,
+    pending: list[Task],
+    retries: int,
+    results: list[TaskResult],
+    last_failure: dict[str, TaskResult],
+    log: Any,
+) -> int:
+    """Submit ``pending``, record and resubmit failures up to ``retries`` times; the number of
+    failed attempts."""
+    failures = 0
+    for round_ in range(retries + 1):
+        if not pending:
+            break
+        if round_:
+            log(f"resubmitting {len(pending)} failed run(s) (retry {round_} of {retries})")
+        again = []
+        for count, result in enumerate(engine.run(pending, plan), start=1):
+            results.append(result)
+            task = next(t for t in pending if t.name == result.name)
+            line = f"[{count}/{len(pending)}] {result.name}: "
+            if result.ok:
+                log(line + f"{result.how} ({result.seconds:.0f} s)")
+                last_failure.pop(result.name, None)
+                continue
+            failures += 1
+            last_failure[result.name] = result
+            _record(out, result, engine.name)
+            where = log_path(out, task.name, task.attempt).relative_to(out)
+            log(line + f"{result.status}: {result.error} (attempt {task.attempt}, log {where})")
+            again.append(dataclasses.replace(task, attempt=task.attempt + 1))
+        pending = again
+    return failures

@@ -1,0 +1,194 @@
+"""Executors on this machine: ``inline`` (this process, one task after another: the paper
+driver's own path) and ``local`` (a fresh spawned process per task, one per core, with
+``CUDA_VISIBLE_DEVICES`` per GPU).
+
+An executor's ``run(tasks, plan)`` yields one :class:`~llome_jax.sweep.tasks.TaskResult` per
+task as each ends, in any order; it never raises for a task's failure.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import pathlib
+import pickle
+import signal
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from llome_jax.sweep.plans import SweepPlan
+from llome_jax.sweep.tasks import Task, TaskResult, log_path, run_task, slug
+
+__all__ = ["InlineExecutor", "LocalExecutor", "died", "log_tail", "visible_gpus"]
+
+
+def log_tail(task: Task, lines: int = 40) -> str:
+    """The last ``lines`` lines of a task's log (empty when it wrote none)."""
+    try:
+        text = log_path(task.out, task.name, task.attempt).read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def died(task: Task, how: str, seconds: float = 0.0) -> TaskResult:
+    """The result of a task whose process ended without one (``how``: what the engine said),
+    with the end of its log as the traceback."""
+    return TaskResult(
+        name=task.name,
+        attempt=task.attempt,
+        status="failed",
+        seconds=seconds,
+        error=how,
+        traceback=log_tail(task),
+    )
+
+
+class InlineExecutor:
+    """Every task in this process, one after another (what ``llome-jax paper`` does): its
+    output stays on this terminal, and one compilation cache serves them all."""
+
+    name = "inline"
+
+    def run(self, tasks: Sequence[Task], plan: SweepPlan) -> Iterator[TaskResult]:
+        for task in tasks:
+            yield run_task(dataclasses.replace(task, log_to_file=False))
+
+
+def visible_gpus() -> list[str]:
+    """This machine's GPUs as ``CUDA_VISIBLE_DEVICES`` names: those it lists, else one per
+    ``/dev/nvidia<k>`` device (none on a machine without NVIDIA GPUs)."""
+    given = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if given is not None:
+        return [g.strip() for g in given.split(",") if g.strip() and g.strip() != "-1"]
+    found = sorted(
+        int(p.name[6:]) for p in pathlib.Path("/dev").glob("nvidia*") if p.name[6:].isdigit()
+    )
+    return [str(k) for k in found]
+
+
+@dataclasses.dataclass
+class _Running:
+    task: Task
+    process: Any
+    result: pathlib.Path
+    cores: list[int]
+    gpus: list[str]
+    started: float
+
+
+class LocalExecutor:
+    """A spawn-based pool on this machine: each task in a fresh process (``spawn``: nothing of
+    this process's JAX is inherited, and a process's compiled programs go with it), at most
+    ``workers`` at a time (default one per usable core).
+
+    Each task is pinned to as many free cores as it asks for (``cpus``) when the machine has
+    enough for ``workers`` tasks, and gets ``CUDA_VISIBLE_DEVICES`` naming as many free GPUs
+    as it asks for (``gpus``; an empty value for a CPU task on a machine with GPUs). A task
+    that asks for more GPUs than the machine has fails at once, saying so.
+    """
+
+    name = "local"
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        gpus: Sequence[str] | None = None,
+        cores: Sequence[int] | None = None,
+    ) -> None:
+        from llome_jax import host_threads
+
+        self.cores = list(host_threads.core_ids() if cores is None else cores)
+        self.workers = int(workers or len(self.cores) or os.cpu_count() or 1)
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.gpus = list(visible_gpus() if gpus is None else gpus)
+
+    def run(self, tasks: Sequence[Task], plan: SweepPlan) -> Iterator[TaskResult]:
+        import multiprocessing
+        from multiprocessing.connection import wait
+
+        context = multiprocessing.get_context("spawn")
+        pending = collections.deque(tasks)
+        running: dict[Any, _Running] = {}
+        free_cores = list(self.cores)
+        free_gpus = list(self.gpus)
+        pin = len(self.cores) >= self.workers
+        try:
+            while pending or running:
+                while pending and len(running) < self.workers:
+                    task = pending[0]
+                    need = plan.resources_for(task.name)
+                    if need.gpus > len(self.gpus):
+                        pending.popleft()
+                        yield died(
+                            task,
+                            f"it asks for {need.gpus} GPU(s); this machine has {len(self.gpus)}",
+                        )
+                        continue
+                    ncores = min(max(1, need.cpus), len(self.cores)) if pin else 0
+                    if need.gpus > len(free_gpus) or ncores > len(free_cores):
+                        if not running:  # cannot happen with enough resources; be safe
+                            raise RuntimeError(f"{task.name} cannot be started")
+                        break
+                    pending.popleft()
+                    cores = [free_cores.pop(0) for _ in range(ncores)]
+                    gpus = [free_gpus.pop(0) for _ in range(need.gpus)]
+                    job = self._start(context, task, cores, gpus)
+                    running[job.process.sentinel] = job
+                if not running:
+                    continue
+                for sentinel in wait(list(running)):
+                    job = running.pop(sentinel)
+                    job.process.join()
+                    free_cores += job.cores
+                    free_gpus += job.gpus
+                    yield self._collect(job)
+        finally:
+            for job in running.values():  # the driver stopped: the tasks stop at a round's end
+                job.process.terminate()
+            for job in running.values():
+                job.process.join()
+
+    def _start(self, context: Any, task: Task, cores: list[int], gpus: list[str]) -> _Running:
+        env = {}
+        if self.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        task = dataclasses.replace(task.with_env(**env), cores=tuple(cores))
+        folder = pathlib.Path(task.out) / "sweep" / "results"
+        folder.mkdir(parents=True, exist_ok=True)
+        result = folder / f"{slug(task.name)}.{task.attempt}.pickle"
+        result.unlink(missing_ok=True)
+        process = context.Process(target=_child, args=(task, str(result)), name=task.name)
+        process.start()
+        return _Running(task, process, result, cores, gpus, time.perf_counter())
+
+    @staticmethod
+    def _collect(job: _Running) -> TaskResult:
+        seconds = time.perf_counter() - job.started
+        try:
+            with open(job.result, "rb") as stream:
+                found = pickle.load(stream)
+            job.result.unlink()
+            return found
+        except (OSError, EOFError, pickle.UnpicklingError):
+            code = job.process.exitcode
+            how = f"the process exited with status {code} before returning a result"
+            if code is not None and code < 0:
+                try:
+                    name = signal.Signals(-code).name
+                except ValueError:
+                    name = f"signal {-code}"
+                how = f"the process was killed by {name}"
+            return died(job.task, how, seconds)
+
+
+def _child(task: Task, result: str) -> None:
+    """A spawned process: run the task, then leave its result beside ``result`` (atomically)."""
+    found = run_task(task)
+    partial = result + ".partial"
+    with open(partial, "wb") as stream:
+        pickle.dump(found, stream)
+    os.replace(partial, result)
