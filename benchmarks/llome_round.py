@@ -29,16 +29,18 @@ from _report import write_json  # benchmarks/_report.py
 
 def run_rounds(cfg, rounds: int, progress: bool) -> tuple[float, list[dict]]:
     """GA seed data, then ``rounds`` LLOME rounds of ``cfg``: (GA seconds, per-round records)."""
-    from llome_jax.llome import loop
+    from llome_jax.llome.round import llome_round
+    from llome_jax.llome.runtime import Runtime
+    from llome_jax.llome.state import init_state
 
     t0 = time.perf_counter()
-    runtime = loop.Runtime.build(cfg)
-    state = loop.init_state(jax.random.key(cfg.seed), runtime, cfg)
+    runtime = Runtime.build(cfg)
+    state = init_state(jax.random.key(cfg.seed), runtime, cfg)
     ga_seconds = time.perf_counter() - t0
     rows = []
     for _ in range(rounds):
         t = time.perf_counter()
-        state, m = loop.llome_round(state, runtime, cfg, progress=progress)
+        state, m = llome_round(state, runtime, cfg, progress=progress)
         if m["round"] is None:
             print(f"stopped: {m['stop_reason']}")
             break
@@ -100,7 +102,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from llome_jax import configs
-    from llome_jax.llome import loop
+    from llome_jax.llome.config import schedule_for_loss
     from llome_jax.llome.presets import preset
 
     base = preset(
@@ -109,7 +111,7 @@ def main() -> None:
         instance_seed=args.instance_seed,
         rounds=args.rounds,
         seed=args.seed,
-        schedule=loop.schedule_for_loss(args.loss),
+        schedule=schedule_for_loss(args.loss),
     )
     if args.set:
         base = base.replace(**dict(configs.parse_assignment(s) for s in args.set))

@@ -82,13 +82,14 @@ def rounds_for(budget: int) -> int:
 def run_llome(spec: str, arm: str, seed: int, args: argparse.Namespace) -> pathlib.Path:
     """One LLOME-MargE run (resumed if started, skipped if finished); its run directory."""
     from llome_jax.llome import loop
+    from llome_jax.llome.config import schedule_for_loss
     from llome_jax.llome.presets import preset
 
     name, instance = parse_function(spec)
     overrides = {"function": name, "instance_seed": instance, "rounds": args.rounds, "seed": seed}
     if arm == "pretrained":
         overrides["weights"] = prior_for(spec, args.prior)
-    cfg = preset(ARMS[arm], schedule=loop.schedule_for_loss("marge"), **overrides)
+    cfg = preset(ARMS[arm], schedule=schedule_for_loss("marge"), **overrides)
     run_dir = pathlib.Path(args.out) / "runs" / slug(spec) / f"{arm}_seed{seed}"
     if (run_dir / "done.json").exists():
         return run_dir

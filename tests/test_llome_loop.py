@@ -21,10 +21,11 @@ from llome_jax import cli, dataset_logprobs, ehrlich, ga, ga_loop, train_optimiz
 from llome_jax.checkpoint import CheckpointManager
 from llome_jax.llome import finetune, loop
 from llome_jax.llome import state as llome_state
+from llome_jax.llome.config import loss_for_round, parse_schedule, schedule_for_loss
 from llome_jax.llome.presets import preset
 from llome_jax.llome.round import llome_round
 from llome_jax.llome.runtime import Runtime, initial_params, named_key
-from llome_jax.llome.state import abstract_state, init_state, restore_checkpoint
+from llome_jax.llome.state import STOP_REASONS, abstract_state, init_state, restore_checkpoint
 from llome_jax.llome.temperature import temperature_offset
 
 #: one runtime per configuration for the whole module (what the driver builds once per run)
@@ -332,7 +333,7 @@ def test_no_training_pairs_stops_with_a_reason(smoke_run: pathlib.Path) -> None:
         state, archive_values=np.full_like(state.archive_values, 0.25), stop_code=jnp.int32(0)
     )
     new_state, metrics = llome_round(flat, _runtime(cfg), cfg)
-    assert metrics["round"] is None and metrics["stop_reason"] == loop.STOP_REASONS[3]
+    assert metrics["round"] is None and metrics["stop_reason"] == STOP_REASONS[3]
     assert int(new_state.stop_code) == 3 and int(new_state.round) == int(state.round)
 
 
@@ -349,12 +350,12 @@ def test_a_run_that_cannot_train_records_why_in_its_directory(tmp_path: pathlib.
     )
     cfg = preset("smoke", rounds=2)
     result = loop.run(cfg, tmp_path / "run", objective=constant, progress=False)
-    assert result.stop_reason == loop.STOP_REASONS[3]
+    assert result.stop_reason == STOP_REASONS[3]
     run = RunDirectory(tmp_path / "run")
     assert [r["round"] for r in run.rounds()] == [0]
-    assert run.stopped() == {"after_round": 0, "stop_reason": loop.STOP_REASONS[3]}
+    assert run.stopped() == {"after_round": 0, "stop_reason": STOP_REASONS[3]}
     again = loop.run(cfg, tmp_path / "run", objective=constant, resume=True, progress=False)
-    assert again.stop_reason == loop.STOP_REASONS[3]
+    assert again.stop_reason == STOP_REASONS[3]
     assert [r["round"] for r in run.rounds()] == [0] and run.stopped()["after_round"] == 0
 
 
@@ -463,14 +464,14 @@ def test_round_temperatures_and_novel_candidates(
 
 
 def test_schedule_parsing() -> None:
-    assert loop.parse_schedule("sft:1,marge:9") == (("sft", 1), ("marge", 9))
-    assert loop.parse_schedule(" SFT:2 , dpo:1 ") == (("sft", 2), ("dpo", 1))
+    assert parse_schedule("sft:1,marge:9") == (("sft", 1), ("marge", 9))
+    assert parse_schedule(" SFT:2 , dpo:1 ") == (("sft", 2), ("dpo", 1))
     # Canonical (independent of --rounds, so a resume with more rounds keeps the configuration).
-    assert loop.schedule_for_loss("marge", 10) == (("sft", 1), ("marge", 1))
-    assert loop.schedule_for_loss("sft") == (("sft", 1),)
-    assert loop.schedule_for_loss("DPO") == (("sft", 1), ("dpo", 1))
+    assert schedule_for_loss("marge", 10) == (("sft", 1), ("marge", 1))
+    assert schedule_for_loss("sft") == (("sft", 1),)
+    assert schedule_for_loss("DPO") == (("sft", 1), ("dpo", 1))
     schedule = (("sft", 1), ("dpo", 2))
-    assert [loop.loss_for_round(schedule, r) for r in range(1, 6)] == [
+    assert [loss_for_round(schedule, r) for r in range(1, 6)] == [
         "sft",
         "dpo",
         "dpo",
@@ -479,11 +480,11 @@ def test_schedule_parsing() -> None:
     ]
     for bad in ("", "sft", "sft:0", "sft:x", "ppo:3", "marge:-1"):
         with pytest.raises(ValueError):
-            loop.parse_schedule(bad)
+            parse_schedule(bad)
     with pytest.raises(ValueError, match="unknown loss"):
-        loop.schedule_for_loss("ppo", 3)
+        schedule_for_loss("ppo", 3)
     with pytest.raises(ValueError):
-        loop.loss_for_round(schedule, 0)
+        loss_for_round(schedule, 0)
     cfg = preset("cpu")
     assert cfg.schedule == (("sft", 1), ("marge", 9)) and cfg.filter.num_selected == 2000
     assert cfg.rounds == 10 and cfg.ga_generations == 10 and cfg.function == "f2"

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from llome_jax.llome import finetune, loop
+from llome_jax.llome.config import LoopConfig
 from llome_jax.llome.presets import preset
 from llome_jax.llome.runtime import Runtime, model_with
 from llome_jax.llome.state import init_state
@@ -106,7 +107,7 @@ PAPER_TABLE: list[tuple[str, Any, Any, str]] = [
 
 
 @pytest.fixture(scope="module")
-def paper_config() -> loop.LoopConfig:
+def paper_config() -> LoopConfig:
     return preset("paper", weights="/path/to/pythia-2.8b")  # the directory is not read here
 
 
@@ -189,7 +190,7 @@ def test_reward_beta_override_reaches_marge_and_reinforce_only() -> None:
 PAPER_TEST_FUNCTION = "Ehr(16,16)-2-4-4"
 
 
-def _pretrained_weights(directory: pathlib.Path) -> loop.LoopConfig:
+def _pretrained_weights(directory: pathlib.Path) -> LoopConfig:
     """A 2-layer Pythia-shaped model that already writes the output format of the test function
     (one smoke round of SFT at lr 1e-2: the paper fine-tunes a *pretrained* model, whose outputs
     parse), saved as a Hugging Face GPT-NeoX directory with the Ehrlich tokenizer."""

@@ -11,6 +11,7 @@ import pytest
 
 from llome_jax import loss_inputs, loss_registry, losses, train_optimizer
 from llome_jax.llome import loop
+from llome_jax.llome.config import parse_schedule
 from llome_jax.llome.presets import preset
 
 CALLS: list[str] = []
@@ -36,7 +37,7 @@ def toy() -> Iterator[loss_registry.LossSpec]:
 def test_registered_loss_runs_a_llome_round(
     toy: loss_registry.LossSpec, tmp_path: pathlib.Path
 ) -> None:
-    assert loop.parse_schedule("sft:1,toy:1") == (("sft", 1), ("toy", 1))
+    assert parse_schedule("sft:1,toy:1") == (("sft", 1), ("toy", 1))
     assert (
         loss_registry.LOSSES["toy"] is toy_loss
         and loss_registry.default_params("toy") is toy.params
@@ -56,7 +57,7 @@ def test_registry_refuses_duplicates_and_unknown_names() -> None:
             loss_registry.LossSpec("marge", toy_loss, loss_inputs.LossParams())
         )
     with pytest.raises(ValueError, match="unknown loss 'toy'"):
-        loop.parse_schedule("sft:1,toy:1")
+        parse_schedule("sft:1,toy:1")
     with pytest.raises(ValueError, match="unknown loss"):
         train_optimizer.paper_optimizer("toy", 10)
     with pytest.raises(ValueError, match="'pairs' or 'triples'"):

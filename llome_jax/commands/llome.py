@@ -79,7 +79,8 @@ def build_config(args: argparse.Namespace):  # -> LoopConfig
     the preset with the default loss (MargE after one SFT round) < the run's ``config.json``
     (``--resume``; its preset is the default one then) < ``--config`` < the flags given <
     ``--set`` (``_common.apply_settings``)."""
-    from llome_jax.llome.loop import Llome, parse_schedule, schedule_for_loss
+    from llome_jax.llome.config import parse_schedule, schedule_for_loss
+    from llome_jax.llome.loop import Llome
     from llome_jax.llome.presets import PRESETS, preset
 
     flags = run_overrides(args, PRESETS)
@@ -117,8 +118,8 @@ def run(args: argparse.Namespace) -> int:
     # this package never needs; only that advisory kind of warning is silenced (not errors)
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
+    from llome_jax.llome.config import validate_config
     from llome_jax.llome.loop import run as run_llome
-    from llome_jax.llome.loop import validate_config
     from llome_jax.llome.presets import check_weights_given
     from llome_jax.runner import progress_text
 

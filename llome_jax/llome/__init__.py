@@ -80,7 +80,9 @@ __all__ = [
 ]
 
 # The bilevel loop (llome_jax.llome.loop) and its named configurations (presets).
-from llome_jax.llome.loop import LoopConfig, LoopState, llome_round
+from llome_jax.llome.config import LoopConfig
 from llome_jax.llome.presets import PRESETS, preset
+from llome_jax.llome.round import llome_round
+from llome_jax.llome.state import LoopState
 
 __all__ += ["PRESETS", "LoopConfig", "LoopState", "llome_round", "preset"]

@@ -48,21 +48,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from llome_jax.llome.config import (
-    FLAT_KEYS,
-    LOSS_NAMES,
-    FinetuneConfig,
     LoopConfig,
-    loss_for_round,
-    parse_schedule,
-    schedule_for_loss,
     validate_config,
 )
 from llome_jax.llome.round import llome_round
 from llome_jax.llome.runtime import Runtime
 from llome_jax.llome.state import (
-    STOP_REASONS,
     LoopState,
-    abstract_state,
     init_state,
     restore_checkpoint,
     save_checkpoint,
@@ -74,24 +66,7 @@ from llome_jax.plugin import RoundOptimizerBase
 from llome_jax.runner import RoundResult, RunResult
 from llome_jax.runner import run as run_rounds
 
-__all__ = [
-    "FLAT_KEYS",
-    "LOSS_NAMES",
-    "STOP_REASONS",
-    "FinetuneConfig",
-    "Llome",
-    "LoopConfig",
-    "LoopState",
-    "RunResult",
-    "Runtime",
-    "abstract_state",
-    "init_state",
-    "llome_round",
-    "loss_for_round",
-    "parse_schedule",
-    "run",
-    "schedule_for_loss",
-]
+__all__ = ["Llome", "run"]
 
 
 def _fmt(value: Any, spec: str) -> str:
