@@ -18,6 +18,11 @@ if "xla_force_host_platform_device_count" not in _flags:
 # runs the suite at the defaults.
 if "xla_backend_optimization_level" not in _flags:
     _flags += " --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+# XLA:CPU's older elemental emitters compile a program in about half the time of its fusion
+# emitters (420 small eager programs: 7.5-8.6 s against 15.0-15.8 s; LaMBO-2's training step
+# 36 s against 50 s with the programs around it; docs/benchmarks.md, "Test-suite run times").
+if "xla_cpu_use_fusion_emitters" not in _flags:
+    _flags += " --xla_cpu_use_fusion_emitters=false"
 os.environ["XLA_FLAGS"] = _flags.strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -28,7 +33,7 @@ import pytest  # noqa: E402
 # A test whose xdist worker segfaulted runs once more (jaxlib's compiler crashes now and then; an
 # assertion is never retried): tests/crash_retry.py. The crash we reproduced, a worker out of
 # memory mappings, is prevented by _release_compiled_programs below.
-pytest_plugins = ["crash_retry"]
+pytest_plugins = ["crash_retry", "suite_timing"]
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"

@@ -14,6 +14,10 @@ run directory. Only settings that scale the cost are reduced (``REDUCED``; paper
   128 per epoch (``ceil(0.8 #unique feasible / 128)``).
 * ``num_samples`` 2000 -> 16 proposals (``alpha`` 0.25 kept: the top 4 seeds, tiled).
 * ``rounds`` 10 -> 1 (one full round; every round takes the same path).
+* ``model_overrides`` ``ensemble_size`` 8 -> 2 (2 + 2 members): each training step updates the
+  ``2 E_ens + 1`` leaves one after another in one program, whose compile time grows with
+  ``E_ens``. :func:`test_the_paper_scale_training_step_lowers` lowers (traces, without XLA's
+  compile) the step of the paper's 8 + 8 members at f2's shape and checks its output shapes.
 * ``train.epochs`` E 100 -> 4: the one reduction inside the model's training. Each epoch is one
   ``train_step`` (2 E_ens + 1 = 17 leaf updates of the 128/128/128 CNN, ~0.4 s on 2 busy cores),
   so E = 100 adds ~80 s over the initial fit and the round's retrain. E = 4 still runs the
@@ -26,19 +30,26 @@ lambda 0; GA 10 generations; alpha 0.25; seed 0) is the preset's. The test check
 field against ``preset("paper")`` and against the paper's values written out here (``PAPER``),
 so a change of the preset, or of the configuration this test runs, fails it.
 
-Runtime (2 cores shared with two other jobs, load ~5.5): ~70 s with a cold compilation cache
-(~45 s of it compiling the 17-leaf ``train_step``, the design step and the GA), ~23 s with the
-persistent cache of ``conftest.py`` warm.
+Runtime: 47 s with the 8 + 8 members (35 s of it compiling; pytest -n 2, 2 free cores); see
+docs/benchmarks.md, "Test-suite run times", for the reduced ensemble.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from llome_jax import ehrlich, rundir
+from llome_jax.lambo2 import model as lambo_model
 from llome_jax.lambo2 import optimizer
 from llome_jax.lambo2 import seeds as lambo_seeds
+from llome_jax.lambo2 import train as lambo_train
+from llome_jax.lambo2.data import StepBatch
 
 #: The reductions, as ``preset`` overrides (dotted keys), with the paper's value beside each.
 REDUCED = {
@@ -48,6 +59,7 @@ REDUCED = {
     "num_samples": 16,  # paper 2000
     "rounds": 1,  # paper 10
     "train.epochs": 4,  # paper 100
+    "model_overrides": {"ensemble_size": 2},  # paper {} (8 + 8 members)
 }
 
 #: ``preset("paper").to_dict()`` written out (docs/design/lambo2_port.md and the paper's App.
@@ -144,8 +156,50 @@ def test_paper_preset_values():
     assert {k: flat[k] for k in REDUCED} == REDUCED
     assert _without(cfg.to_dict(), REDUCED) == _without(paper.to_dict(), REDUCED)
     mc = cfg.model_config(32, 32)
-    assert mc == paper.model_config(32, 32)
+    assert mc == dataclasses.replace(paper.model_config(32, 32), ensemble_size=2)
+    assert {k: getattr(paper.model_config(32, 32), k) for k in PAPER_MODEL} == PAPER_MODEL
+
+
+def test_the_paper_scale_training_step_lowers():
+    """The paper's training step at f2's shape (32 states, L = 32; 8 + 8 members, CNN
+    128/128/128, batch 128) traces and lowers (no XLA compile): ``2 E_ens + 1 = 17`` leaf
+    losses, and parameters and optimizer state of the shapes they came in."""
+    paper = optimizer.preset("paper")
+    mc = paper.model_config(32, 32)
     assert {k: getattr(mc, k) for k in PAPER_MODEL} == PAPER_MODEL
+    e, b, n = mc.ensemble_size, paper.train.batch_size, mc.padded_length
+    params = jax.eval_shape(
+        functools.partial(lambo_model.init_params, config=mc), jax.random.key(0)
+    )
+    opt_state = jax.eval_shape(
+        functools.partial(lambo_train.init_opt_state, config=paper.train), params
+    )
+    spec = jax.ShapeDtypeStruct
+    batch = StepBatch(
+        cls_tokens=spec((e, b, n), jnp.int32),
+        cls_labels=spec((e, b), jnp.int32),
+        cls_valid=spec((e, b), jnp.bool_),
+        reg_tokens=spec((e, b, n), jnp.int32),
+        reg_targets=spec((e, b), jnp.float32),
+        reg_valid=spec((e, b), jnp.bool_),
+        mlm_tokens=spec((b, n), jnp.int32),
+        mlm_valid=spec((b,), jnp.bool_),
+    )
+    lowered = lambo_train.train_step.lower(
+        params,
+        opt_state,
+        batch,
+        spec((), jnp.float32),
+        jax.random.key(0),
+        model_config=mc,
+        train_config=lambo_train.step_config_of(paper.train),
+    )
+    out_params, out_opt_state, losses = lowered.out_info
+    assert losses.shape == (17,) and losses.dtype == jnp.float32
+    shapes = lambda tree: jax.tree.map(lambda leaf: (leaf.shape, leaf.dtype), tree)  # noqa: E731
+    assert shapes(out_params) == shapes(params)
+    assert shapes(out_opt_state) == shapes(opt_state)
+    assert params["cls"] and jax.tree.leaves(params["cls"])[0].shape[0] == 8  # stacked members
 
 
 @pytest.mark.slow
@@ -155,8 +209,8 @@ def test_paper_preset_one_round_end_to_end(tmp_path):
     assert _without(cfg.to_dict(), REDUCED) == _without(paper.to_dict(), REDUCED)
     fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
     lambo = optimizer.Lambo2(cfg)
-    assert {k: getattr(lambo.mc, k) for k in PAPER_MODEL} == PAPER_MODEL
-    assert "CNN 128/128/128 k5" in lambo.describe() and "8+8 ensemble" in lambo.describe()
+    assert {k: getattr(lambo.mc, k) for k in PAPER_MODEL} == {**PAPER_MODEL, "ensemble_size": 2}
+    assert "CNN 128/128/128 k5" in lambo.describe() and "2+2 ensemble" in lambo.describe()
 
     # the paper's accounting (every evaluation paid), whose counts are pinned below
     cfg = cfg.replace(accounting="every_evaluation")
@@ -202,7 +256,7 @@ def test_paper_preset_one_round_end_to_end(tmp_path):
     assert records[1]["frac_feasible"] == pytest.approx(np.isfinite(yr).mean())
     assert records[1]["frac_unique"] == pytest.approx(len(np.unique(xr, axis=0)) / n)
     # round 1 trained the paper's model E epochs on the seed data: one step per epoch of batch
-    # 128 (fewer than 128 unique feasible rows), 2 E_ens + 1 = 17 finite leaf losses
+    # 128 (fewer than 128 unique feasible rows), 2 E_ens + 1 = 5 finite leaf losses
     assert records[1]["steps_per_epoch"] == 1
     for field in ("train_loss", "train_loss_cls", "train_loss_reg", "train_loss_mlm"):
         assert np.isfinite(records[1][field]), field

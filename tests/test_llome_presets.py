@@ -191,7 +191,7 @@ PAPER_TEST_FUNCTION = "Ehr(16,16)-2-4-4"
 
 
 def _pretrained_weights(directory: pathlib.Path) -> LoopConfig:
-    """A 2-layer Pythia-shaped model that already writes the output format of the test function
+    """A 1-layer Pythia-shaped model that already writes the output format of the test function
     (one smoke round of SFT at lr 1e-2: the paper fine-tunes a *pretrained* model, whose outputs
     parse), saved as a Hugging Face GPT-NeoX directory with the Ehrlich tokenizer."""
     from safetensors.numpy import save_file
@@ -203,7 +203,7 @@ def _pretrained_weights(directory: pathlib.Path) -> LoopConfig:
         function=PAPER_TEST_FUNCTION,
         rounds=1,
         schedule=(("sft", 1),),
-        model_overrides=(("num_hidden_layers", 2),),
+        model_overrides=(("num_hidden_layers", 1),),
         epochs=8,
     )
     result = loop.run(smoke, directory / "pretrain", progress=False)
@@ -221,7 +221,7 @@ def _pretrained_weights(directory: pathlib.Path) -> LoopConfig:
 def test_paper_preset_runs_sft_then_marge_on_eight_devices(tmp_path: pathlib.Path):
     """The ``paper`` preset's code path end to end, data parallel over the 8 fake devices, with
     its batch sizes (SFT 128, MargE 64), learning rates, optimizers, lambda, weight scale and
-    checkpoint selection. Reductions, all stated: a 2-layer H-64 model instead of Pythia-2.8B,
+    checkpoint selection. Reductions, all stated: a 1-layer H-64 model instead of Pythia-2.8B,
     ``Ehr(16,16)-2-4-4`` (instance seed 1) instead of f2 and the smoke preset's GA seed data (2
     generations of 200, mutation 0.1), at most 512 training pairs per round
     (paper: all), 32 seeds x 2 iterations x (greedy + 6 temperatures x 4 samples) (paper: 200 x

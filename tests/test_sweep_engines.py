@@ -27,7 +27,8 @@ from llome_jax.sweep.tasks import FAULT_ENV
 pytestmark = pytest.mark.slow
 
 #: the smallest plan that still has GA and LLOME smoke runs on two seeds: one round after
-#: round 0, a short first fine-tuning, one refinement iteration
+#: round 0, a short first fine-tuning, one refinement iteration, a one-layer model (each task
+#: process compiles its programs afresh, in time about proportional to the layers)
 PLAN = """
 name: tiny
 scale: smoke
@@ -40,6 +41,7 @@ overrides:
     finetune: {first_round_min_steps: 16, epochs: 1}
     refine.num_iterations: 1
     num_seeds: 4
+    model_overrides: [[num_hidden_layers, 1]]
 """
 #: GA seed 1 is killed after round 1's record (before its checkpoint), GA seed 0 raises there
 FAULTS = "kill:f2/GA_seed1:1,raise:f2/GA_seed0:1"

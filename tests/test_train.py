@@ -250,23 +250,23 @@ def test_every_registered_loss_trains_jitted_without_recompiling(name, key):
     assert step.jitted._cache_size() == 1
 
 
-@pytest.mark.parametrize(
-    "config",
-    [
-        OptimizerConfig(learning_rate=1e-2, warmup_steps=3, total_steps=10),
-        OptimizerConfig(
-            name="rmsprop", learning_rate=1e-3, warmup_steps=2, total_steps=9, weight_decay=0.1
-        ),
-    ],
-    ids=["adamw", "rmsprop"],
-)
-def test_schedule_values_at_run_time_follow_the_float32_formula(config, key):
+#: the two optimizers of :func:`_check_runtime_schedule`
+SCHEDULE_CONFIGS = {
+    "adamw": OptimizerConfig(learning_rate=1e-2, warmup_steps=3, total_steps=10),
+    "rmsprop": OptimizerConfig(
+        name="rmsprop", learning_rate=1e-3, warmup_steps=2, total_steps=9, weight_decay=0.1
+    ),
+}
+
+
+def _check_runtime_schedule(name: str) -> None:
     """A step built from an ``OptimizerConfig`` takes ``(lr, W, T)`` at run time. Its updates
     equal, bit for bit, those of the same optax optimizer driven by a table of the schedule
     worked out in numpy float32 (``lr * s / W``, then ``lr * max(0, (T - s) / max(1, T - W))``,
     each division rounded once), over warm-up, decay and past ``T``. A config with other
     schedule values reuses the program and follows its own table. (With the values compiled in,
     XLA turns ``x / c`` into ``x * (1 / c)``: ``make_optimizer``'s schedule can be 1 ulp off.)"""
+    config, key = SCHEDULE_CONFIGS[name], jax.random.key(0)
     model = _model()
     batch = _with_reference(model, _batch("marge"))
     hp = default_params("marge")
@@ -301,6 +301,24 @@ def test_schedule_values_at_run_time_follow_the_float32_formula(config, key):
     assert other_step.jitted is step.jitted and step.jitted._cache_size() == 1
     np.testing.assert_array_equal(other_params, reference(other))
     assert not np.array_equal(other_params, params)
+
+
+def test_schedule_values_at_run_time_follow_the_float32_formula():
+    """:func:`_check_runtime_schedule` for AdamW and RMSprop, in a subprocess with XLA:CPU's
+    fusion emitters (XLA's default). The suite compiles with the older elemental emitters
+    (``conftest.py``: half the compile time), whose updates from a compiled-in table of learning
+    rates differ from the run-time schedule's by an ulp in half the parameters."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "XLA_FLAGS": "--xla_cpu_use_fusion_emitters=true --xla_backend_optimization_level=0"
+        " --xla_llvm_disable_expensive_passes=true",
+    }
+    code = "from tests.test_train import _check_runtime_schedule as c; c('adamw'); c('rmsprop')"
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
 
 
 def test_equal_structures_share_one_compiled_step():
