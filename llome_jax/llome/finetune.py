@@ -29,10 +29,12 @@ from llome_jax.loss_registry import loss_spec
 from llome_jax.runner import progress_bar
 
 __all__ = [
+    "batch_of_units",
     "eval_step",
     "loss_params",
     "microbatches",
     "optimizer_config",
+    "padded_units",
     "selection_candidate",
     "subset",
     "train",
@@ -194,6 +196,46 @@ def subset(key: jax.Array, n: int, limit: int | None) -> np.ndarray:
     return np.sort(np.argsort(bits, kind="stable")[:limit]).astype(np.int64)
 
 
+def padded_units(units: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """One batch of ``size`` units: ``units`` (at most ``size``) padded with weight-0 copies of
+    its first unit. Returns ``(units int [size], weight f32 [size])``, weight 1 on real units."""
+    weight = np.ones(size, np.float32)
+    if units.size < size:
+        weight[units.size :] = 0.0
+        units = np.concatenate([units, np.full(size - units.size, units[0])])
+    return units, weight
+
+
+def batch_of_units(
+    cfg: Any,
+    ids: np.ndarray,
+    tmask: np.ndarray,
+    amask: np.ndarray,
+    reference: Any,
+    reward: np.ndarray,
+    weight: np.ndarray,
+) -> Any:
+    """The ``TrainBatch`` of one step: token rows ``ids``/``tmask``/``amask`` ``[R, T]`` (``R``
+    = units, or ``2 x`` units for DPO: chosen rows, then rejected), their reference log-probs
+    (``SeqLogProbs`` ``[R]``), each unit's ``reward`` and ``weight`` ``[N]`` (0: padding), the
+    MargE group size and target window of ``cfg.finetune``. Fine-tuning
+    (:func:`train`) and pretraining (``llome_jax.llome.pretrain``) build their batches with it."""
+    from llome_jax.loss_inputs import LossBatch
+    from llome_jax.train import TrainBatch
+    from llome_jax.types import SeqLogProbs
+
+    return TrainBatch.create(
+        ids,
+        tmask,
+        amask,
+        reference=SeqLogProbs(jnp.asarray(reference.sum_logp), jnp.asarray(reference.num_tokens)),
+        loss=LossBatch.create(
+            reward=reward, weight=weight, group_size=cfg.finetune.marge_group_size
+        ),
+        target_window="auto" if cfg.finetune.head_on_targets else None,
+    )
+
+
 #: ``fold_in`` salt of the train/validation split key (derived from the round's train key).
 _SPLIT_SALT = 0x5E1EC7
 
@@ -272,8 +314,7 @@ def train(
     from llome_jax import parallel
     from llome_jax.dataset_logprobs import compute_logprobs
     from llome_jax.llome import selection
-    from llome_jax.loss_inputs import LossBatch
-    from llome_jax.train import TrainBatch, TrainState
+    from llome_jax.train import TrainState
     from llome_jax.train_optimizer import make_optimizer
     from llome_jax.types import SeqLogProbs
 
@@ -320,24 +361,16 @@ def train(
     hparams = loss_params(cfg, loss)
 
     def make_batch(units: np.ndarray) -> Any:
-        weight = np.ones(bsz, np.float32)
-        if units.size < bsz:  # pad the last batch with weight-0 copies
-            weight[units.size :] = 0.0
-            units = np.concatenate([units, np.full(bsz - units.size, units[0])])
+        units, weight = padded_units(units, bsz)
         rows = np.concatenate([units + c * n for c in range(copies)])
-        batch = TrainBatch.create(
+        batch = batch_of_units(
+            cfg,
             ids[rows],
             tmask[rows],
             amask[rows],
-            reference=SeqLogProbs(
-                jnp.asarray(reference.sum_logp[rows]), jnp.asarray(reference.num_tokens[rows])
-            ),
-            loss=LossBatch.create(
-                reward=np.asarray(data["reward"], np.float32)[units],
-                weight=weight,
-                group_size=cfg.finetune.marge_group_size,
-            ),
-            target_window=window,
+            SeqLogProbs(reference.sum_logp[rows], reference.num_tokens[rows]),
+            np.asarray(data["reward"], np.float32)[units],
+            weight,
         )
         return batch if rt.mesh is None else parallel.shard_batch(batch, rt.mesh)
 

@@ -83,11 +83,11 @@ def _schedule(cfg: PretrainConfig, num_pairs: int) -> tuple[int, int]:
 
 class _Batches:
     """Batch ``s`` of the pool: epoch ``e = s // per_epoch`` is a random order of the pairs drawn
-    from ``fold_in(key, e)`` (so any step can be rebuilt after a resume); the last batch of an
-    epoch is padded with weight-0 copies, as ``finetune.train`` pads.
+    from ``fold_in(key, e)`` (so any step can be rebuilt after a resume); each batch is padded
+    and assembled by fine-tuning's own ``finetune.padded_units`` and ``finetune.batch_of_units``.
 
-    Not ``finetune.train``'s batches (a closure there): those take epoch ``e``'s order from
-    ``split(key, epochs)[e]``, and encode and score the reference of the whole data set at once;
+    What differs from ``finetune.train``, and why: fine-tuning takes epoch ``e``'s order from
+    ``split(key, epochs)[e]`` and encodes and scores the reference of its whole data set at once;
     here the pool is up to ``num_instances * max_pairs_per_instance`` pairs and ``max_steps`` may
     cycle it any number of times, so a batch is encoded (and, for MargE, scored) when it is used,
     and its order depends on its epoch alone. The numbers of a run, and of the shipped priors,
@@ -108,19 +108,13 @@ class _Batches:
 
     def __call__(self, step: int, reference_params: Any = None) -> Any:
         from llome_jax.dataset_logprobs import compute_logprobs
-        from llome_jax.loss_inputs import LossBatch
-        from llome_jax.train import TrainBatch
+        from llome_jax.llome.finetune import batch_of_units, padded_units
         from llome_jax.types import SeqLogProbs
 
-        units = self.units(step)
-        weight = np.ones(self.size, np.float32)
-        if units.size < self.size:
-            weight[units.size :] = 0.0
-            units = np.concatenate([units, np.full(self.size - units.size, units[0])])
+        units, weight = padded_units(self.units(step), self.size)
         ids, tmask, amask = self.rt.codec.encode_pairs(
             self.data.inputs[units], self.data.targets[units]
         )
-        window = "auto" if self.cfg.finetune.head_on_targets else None
         if reference_params is None:
             reference = SeqLogProbs(jnp.zeros(self.size), jnp.zeros(self.size))
         else:  # the initial model, scored on this batch
@@ -131,22 +125,10 @@ class _Batches:
                 tmask,
                 amask,
                 batch_size=min(self.cfg.finetune.logprob_batch_size, self.size),
-                target_window=window,
+                target_window="auto" if self.cfg.finetune.head_on_targets else None,
             )
-            reference = SeqLogProbs(
-                jnp.asarray(reference.sum_logp), jnp.asarray(reference.num_tokens)
-            )
-        return TrainBatch.create(
-            ids,
-            tmask,
-            amask,
-            reference=reference,
-            loss=LossBatch.create(
-                reward=self.data.reward[units],
-                weight=weight,
-                group_size=self.cfg.finetune.marge_group_size,
-            ),
-            target_window=window,
+        return batch_of_units(
+            self.cfg, ids, tmask, amask, reference, self.data.reward[units], weight
         )
 
 
