@@ -18,20 +18,22 @@ run directory. Only settings that scale the cost are reduced (``REDUCED``; paper
   ``2 E_ens + 1`` leaves one after another in one program, whose compile time grows with
   ``E_ens``. :func:`test_the_paper_scale_training_step_lowers` lowers (traces, without XLA's
   compile) the step of the paper's 8 + 8 members at f2's shape and checks its output shapes.
-* ``train.epochs`` E 100 -> 4: the one reduction inside the model's training. Each epoch is one
-  ``train_step`` (2 E_ens + 1 = 17 leaf updates of the 128/128/128 CNN, ~0.4 s on 2 busy cores),
-  so E = 100 adds ~80 s over the initial fit and the round's retrain. E = 4 still runs the
-  2-epoch warm-up and the cosine decay (learning rates 2.5e-3, 5e-3, 2.5e-3, 0).
+* ``train.epochs`` E 100 -> 4: the one reduction of the training schedule. Each epoch is one
+  ``train_step`` (2 E_ens + 1 leaf updates of the 128/128/128 CNN), so E = 100 would add ~96
+  steps over the initial fit and the round's retrain. E = 4 still runs the 2-epoch warm-up and
+  the cosine decay (learning rates 2.5e-3, 5e-3, 2.5e-3, 0).
 
-Everything else (model preset ``paper``: CNN 128/128/128, k 5, 2 blocks, head 8, gen 32, 8 + 8
-members; Adam 5e-3 / 0.9 / 0.99 / 1e-8, batch 128, 2 warm-up epochs, 80 % split, T = 1000,
+Everything else (model preset ``paper``: CNN 128/128/128, k 5, 2 blocks, head 8, gen 32; Adam
+5e-3 / 0.9 / 0.99 / 1e-8, batch 128, 2 warm-up epochs, 80 % split, T = 1000,
 s0^2 0.01; S = 32 design steps, M = 4 edits, K_g = 2, eta 0.05, v0.0.4, tau 1e-6, no constraints,
 lambda 0; GA 10 generations; alpha 0.25; seed 0) is the preset's. The test checks it field by
 field against ``preset("paper")`` and against the paper's values written out here (``PAPER``),
 so a change of the preset, or of the configuration this test runs, fails it.
 
-Runtime: 47 s with the 8 + 8 members (35 s of it compiling; pytest -n 2, 2 free cores); see
-docs/benchmarks.md, "Test-suite run times", for the reduced ensemble.
+Runtime (pytest -n 2, 2 free cores): 17 s for the round at 2 + 2 members (11 s of it
+compiling), 3 s for the 8 + 8 lowering; the round at 8 + 8 took 47 s (35 s compiling), its
+training step alone 64 s to compile against 11 s at 2 + 2 (docs/benchmarks.md, "Test-suite run
+times").
 """
 
 from __future__ import annotations
