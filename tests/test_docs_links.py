@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+import subprocess
 import unicodedata
 import urllib.parse
 
@@ -149,6 +150,58 @@ def test_every_relative_link_resolves() -> None:
     assert ROOT / "README.md" in found and ROOT / "BUILD.md" in found
     assert len(found) >= 20
     assert [problem for page in found for problem in broken_links(page)] == []
+
+
+def linked_files(page: pathlib.Path, root: pathlib.Path = ROOT) -> list[pathlib.Path]:
+    """The files and folders that the relative links of ``page`` name (those that exist)."""
+    found = []
+    for target in links(page.read_text(encoding="utf-8")):
+        if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target):
+            continue
+        path_part = urllib.parse.unquote(target.partition("#")[0])
+        if path_part:
+            base = root if path_part.startswith("/") else page.parent
+            resolved = (base / path_part.lstrip("/")).resolve()
+            if resolved.exists():
+                found.append(resolved)
+    return found
+
+
+def ignored_by_git(paths: list[pathlib.Path], root: pathlib.Path = ROOT) -> list[str]:
+    """The ``paths`` (relative to ``root``) that git ignores and does not track: a fresh clone
+    lacks them."""
+    names = sorted({str(path.relative_to(root)) for path in paths})
+    done = subprocess.run(
+        ["git", "check-ignore", "--stdin"],
+        cwd=root,
+        input="\n".join(names),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr  # 1: none ignored
+    return done.stdout.split()
+
+
+def test_no_link_points_at_a_file_git_ignores() -> None:
+    """A page links only to files a fresh clone has: a linked benchmark result that
+    ``.gitignore`` hides exists here but not in CI's checkout."""
+    linked = [path for page in pages() for path in linked_files(page)]
+    assert len(linked) >= 100
+    assert ignored_by_git(linked) == []
+
+
+def test_the_ignore_check_finds_ignored_files(tmp_path: pathlib.Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("results/\n")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "a.json").write_text("{}")
+    (tmp_path / "b.json").write_text("{}")
+    page = tmp_path / "page.md"
+    page.write_text("[a](results/a.json) [b](b.json) [web](https://example.org/a.json)\n")
+    linked = linked_files(page, tmp_path)
+    assert linked == [tmp_path / "results" / "a.json", tmp_path / "b.json"]
+    assert ignored_by_git(linked, tmp_path) == ["results/a.json"]
 
 
 def test_the_checker_finds_broken_links(tmp_path: pathlib.Path) -> None:
