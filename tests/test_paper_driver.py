@@ -35,6 +35,7 @@ def _tiny(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--only", "11"], "unknown figure '11'"),
         (["--only", "calibrate"], "unknown figure 'calibrate'"),
         (["--methods", "GA,BO"], "unknown method 'BO'"),
+        (["--functions", "f2,f5"], "unknown function 'f5'; choose from f1, f2, f3, f4"),
     ],
 )
 def test_bad_arguments_are_refused_clearly(
@@ -129,6 +130,27 @@ def test_runs_patterns_pick_a_workers_share_of_the_plan(tmp_path: pathlib.Path, 
         cli.main([*argv, "--runs", "f9/*"])
     assert exit_info.value.code == 2
     assert "matches none of the" in capsys.readouterr().err
+
+
+def test_functions_narrow_figure_1_and_the_report_header(tmp_path: pathlib.Path, capsys) -> None:
+    """``--functions f2``: the plan loses figure 1's f1, f3 and f4 runs and nothing else; the
+    report's header counts the seeds of the runs it covers, per function and method."""
+    argv = ["--scale", "cpu", "--dry-run", "--out", str(tmp_path / "out")]
+    assert cli.main([*argv, "--functions", "f2"]) == 0
+    listed = {
+        line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("  ")
+    }
+    everything = build_plan(SCALES["cpu"], list(DEFAULT_METHODS), list(FIGURES))
+    others = {s.name for s in everything if s.function in ("f1", "f3", "f4")}
+    assert len(others) == 21  # 3 GA + 4 expensive methods on each of f1, f3, f4
+    assert listed == {s.name for s in everything} - others | {"ga_difficulty"}
+
+    plan = build_plan(SCALES["cpu"], ["GA", "LaMBO-2"], ["solver"])
+    assert bench_report.seeds_line(plan) == (
+        "f1: 3 (GA), 1 (LaMBO-2); f2: 8 (each of 2 methods); f3: 3 (GA), 1 (LaMBO-2); "
+        "f4: 3 (GA), 1 (LaMBO-2)"
+    )
+    assert bench_report.seeds_line(plan[:2]) == "f1: 2 (GA)"
 
 
 def test_a_run_another_process_holds_is_left_busy(
@@ -642,7 +664,16 @@ def test_print_jobs_gives_one_self_contained_command_per_run(
     assert len(lines) == 3  # f2's GA and LaMBO-2 (one smoke seed), then the report
     assert [_job_argv(line)[-2] for line in lines[:2]] == ["f2/GA_seed0", "f2/LaMBO-2_seed0"]
     for line in lines:
-        assert "--only solver --methods GA,LaMBO-2" in line
+        assert "--only solver --methods GA,LaMBO-2" in line and "--functions" not in line
+    assert cli.main([*argv, "--functions", "f1,f2", "--print-jobs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [_job_argv(line)[-2] for line in lines[:-1]] == [
+        "f1/GA_seed0",
+        "f2/GA_seed0",
+        "f2/LaMBO-2_seed0",
+    ]
+    for line in lines:  # the report covers the same plan
+        assert "--methods GA,LaMBO-2 --functions f1,f2" in line
     with pytest.raises(SystemExit) as exit_info:
         cli.main([*argv, "--print-jobs", "--dry-run"])
     assert exit_info.value.code == 2

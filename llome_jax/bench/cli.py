@@ -15,6 +15,7 @@ GNU parallel). Each command starts this interpreter with ``-m llome_jax.cli pape
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fnmatch
 import glob
 import os
@@ -29,10 +30,12 @@ from llome_jax.bench.plan import (
     METHODS,
     SCALES,
     RunSpec,
+    Scale,
     UsageError,
     build_plan,
     function_length,
     parse_figures,
+    parse_functions,
     parse_methods,
 )
 
@@ -75,6 +78,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--methods", default=None, help=f"methods, comma-separated (default {','.join(METHODS)})"
+    )
+    parser.add_argument(
+        "--functions",
+        default=None,
+        help="figure 1's functions, comma-separated (default f1,f2,f3,f4); the plan and the "
+        "report then cover those only, e.g. --functions f2 for f2's runs and claims (the other "
+        "figures are on f2 whatever this says)",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="list the planned runs with their estimated cost"
@@ -139,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
     if args.pin_core is not None:
         _pin(args.pin_core)
     scale = SCALES[args.scale]
+    scale = dataclasses.replace(scale, functions=parse_functions(args.functions, scale))
     report_plan = build_plan(scale, methods, figures)
     patterns = None if args.runs is None else [p.strip() for p in args.runs.split(",") if p.strip()]
 
@@ -160,11 +171,13 @@ def run(args: argparse.Namespace) -> int:
     total = sum(costs.values()) + (sweep_cost if "difficulty_pareto" in figures else 0.0)
     out = pathlib.Path(args.out)
     if args.print_jobs:
-        for line in job_commands(args.scale, out, figures, methods, plan, sweep):
+        for line in job_commands(
+            args.scale, out, figures, methods, plan, sweep, functions=args.functions
+        ):
             print(line)
         return 0
     if args.dry_run:
-        _print_plan(args.scale, out, figures, plan, costs, sweep_cost if sweep else None)
+        _print_plan(scale, args.scale, out, figures, plan, costs, sweep_cost if sweep else None)
         return 0
     out.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
@@ -191,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_plan(
+    scale: Scale,
     scale_name: str,
     out: pathlib.Path,
     figures: Sequence[str],
@@ -199,7 +213,6 @@ def _print_plan(
     sweep_cost: float | None,
 ) -> None:
     """``--dry-run``: the selected runs, each with its estimated minutes, figures and state."""
-    scale = SCALES[scale_name]
     print(
         f"{len(plan)} runs at scale {scale_name} ({scale.rounds} rounds each), "
         f"figures: {', '.join(figures)}"
@@ -280,6 +293,7 @@ def job_commands(
     plan: Sequence[RunSpec],
     sweep: bool,
     python: str = sys.executable,
+    functions: str | None = None,
 ) -> list[str]:
     """One self-contained shell command per planned run, then the GA difficulty sweep's (when
     ``sweep``), then the report's (``--report-only``), for ``--print-jobs``.
@@ -287,8 +301,9 @@ def job_commands(
     Each command names this interpreter and ``out`` by absolute paths and starts the command
     with ``-m llome_jax.cli paper`` (so it runs from any directory of a machine that sees the
     same file system and the same environment), repeats the plan's selection (``--scale``,
-    ``--only``, ``--methods``: the same plan is built) and selects one run with ``--runs NAME``
-    (the name glob-escaped, so it matches itself only) and ``--no-report``. Run directories are
+    ``--only``, ``--methods``, ``--functions`` when given: the same plan is built) and selects
+    one run with ``--runs NAME`` (the name glob-escaped, so it matches itself only) and
+    ``--no-report``. Run directories are
     independent and resumable, so the run commands may run in any order, on any machines,
     concurrently or again; the last command writes the report once they are done.
     """
@@ -303,6 +318,7 @@ def job_commands(
         ",".join(figures),
         "--methods",
         ",".join(methods),
+        *(["--functions", functions] if functions else []),
     ]
     names = [spec.name for spec in plan] + ([SWEEP] if sweep else [])
     lines = [shlex.join([*base, "--runs", glob.escape(name), "--no-report"]) for name in names]
@@ -313,7 +329,12 @@ def _share_argv(args: argparse.Namespace) -> list[str]:
     """The flags that make a helper build the same plan and take the same share of it (the
     given selection, ``--no-report``, ``--no-progress``)."""
     argv = ["--scale", args.scale, "--out", str(args.out)]
-    for flag, value in (("--only", args.only), ("--methods", args.methods), ("--runs", args.runs)):
+    for flag, value in (
+        ("--only", args.only),
+        ("--methods", args.methods),
+        ("--functions", args.functions),
+        ("--runs", args.runs),
+    ):
         if value is not None:
             argv += [flag, value]
     return argv + ["--no-report"] * args.no_report + ["--no-progress"] * args.no_progress

@@ -37,6 +37,7 @@ __all__ = [
     "function_length",
     "labels_per_round",
     "parse_figures",
+    "parse_functions",
     "parse_methods",
     "sft_marge_label",
 ]
@@ -405,3 +406,16 @@ def parse_methods(text: str | None) -> list[str]:
             raise UsageError(f"unknown method {part!r}; choose from {', '.join(lookup.values())}")
         out.append(lookup[part.lower()])
     return list(dict.fromkeys(out))
+
+
+def parse_functions(text: str | None, scale: Scale) -> tuple[str, ...]:
+    """``--functions``: figure 1's functions, comma-separated, in the scale's order (``None`` or
+    empty: all of ``scale.functions``). The other figures are on f2 (figure 8 on
+    ``Ehr(32,32)-4-4-2``) whatever this selects."""
+    if not text:
+        return scale.functions
+    chosen = [p.strip() for p in text.split(",") if p.strip()]
+    for part in chosen:
+        if part not in scale.functions:
+            raise UsageError(f"unknown function {part!r}; choose from {', '.join(scale.functions)}")
+    return tuple(f for f in scale.functions if f in chosen)
