@@ -4,7 +4,8 @@ Every optimizer (GA, LLOME, LaMBO-2) writes the same run directory (:mod:`llome_
 runs compare file for file: this module reads several of them, groups them by method (one group
 per label, one run per seed), and summarises each group by the paper's measure, the minimum simple
 regret after a number of oracle labels (paper, Section 5: "minimum regret ... as a function of the
-number of test function evaluations"), as the median and range over its runs.
+number of test function evaluations"), as the median (with its bootstrap interval) and range over
+its runs.
 
     runs = load_runs(["runs/marge_s0", "runs/marge_s1", "GA=runs/ga_round_*"])
     rows = summarise(runs, budget=common_budget(runs))
@@ -22,6 +23,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+
+from llome_jax.stats import bootstrap_interval
 
 __all__ = [
     "Run",
@@ -72,7 +75,9 @@ class Run:
 class SummaryRow:
     """One method at one budget: the metric of each run (NaN where a run has no round within the
     budget), their median, min and max over the runs that have one, and how many runs ended
-    before the budget (stopped early or still running: their value is their last one)."""
+    before the budget (stopped early or still running: their value is their last one);
+    ``ci_low``/``ci_high``: the median's 95 % percentile bootstrap interval
+    (:func:`llome_jax.stats.bootstrap_interval`, 10,000 resamples, seed 0)."""
 
     label: str
     budget: int
@@ -84,6 +89,8 @@ class SummaryRow:
     ended_before: int
     #: the label count each run was read at (:func:`labels_read`)
     labels: tuple[int, ...] = ()
+    ci_low: float = math.nan
+    ci_high: float = math.nan
 
 
 def method_label(config: dict[str, Any]) -> str:
@@ -281,5 +288,8 @@ def summarise(runs: Sequence[Run], budget: float) -> list[SummaryRow]:
         )
         ended = sum(run.evaluations[-1] < budget for run in group)
         read = tuple(labels_read(run, budget) for run in group)
-        rows.append(SummaryRow(label, int(budget), runs[0].metric, values, *stats, ended, read))
+        low, high = bootstrap_interval(finite)
+        rows.append(
+            SummaryRow(label, int(budget), runs[0].metric, values, *stats, ended, read, low, high)
+        )
     return rows

@@ -129,14 +129,25 @@ def test_cli_writes_the_table_plot_and_csvs(runs: pathlib.Path, capsys):
     )
     assert code == 0
     printed = capsys.readouterr().out
-    # read at the last round end within 15,000 (these runs count every evaluation)
+    # read at the last round end within 15,000 (these runs count every evaluation): 0.5, 0.7,
+    # 0.2; a resample's median is 0.2 when two or three of its three draws are 0.2, chance
+    # 7/27 > 2.5 % (and 0.7 likewise), so the 95 % interval is the range
     assert (
-        "| LLOME-MargE | 15000 | 13500-15000 | 3 of 3 | 0.5000 | 0.2000 | 0.7000 | 2 |" in printed
+        "| LLOME-MargE | 15000 | 13500-15000 | 3 of 3 | 0.5000 | 0.2000-0.7000 | 0.2000 | 0.7000 "
+        "| 2 |" in printed
+    )
+    # one GA run: its interval is its value
+    assert (
+        "| GA | 15000 | 10000 | 1 of 1 | 0.9700 | 0.9700-0.9700 | 0.9700 | 0.9700 | 0 |" in printed
     )
     assert "information contract: no run has an `evaluated.csv`" in printed
     with open(out / "summary.csv", newline="") as stream:
         rows = list(csv.DictReader(stream))
     assert [(r["method"], float(r["median"])) for r in rows] == [("LLOME-MargE", 0.5), ("GA", 0.97)]
+    assert [(float(r["median_ci95_low"]), float(r["median_ci95_high"])) for r in rows] == [
+        (0.2, 0.7),
+        (0.97, 0.97),
+    ]
     with open(out / "curves.csv", newline="") as stream:
         assert len(list(csv.DictReader(stream))) == 3 + 3 + 3 + 2
     assert (out / "compare.png").stat().st_size > 1000
@@ -204,8 +215,8 @@ def test_cli_allow_mixed(runs: pathlib.Path, tmp_path: pathlib.Path, capsys):
     assert printed[1].startswith("budget: 10000 labels in all, round 0 included")
     # common budget 10,000 labels: the GA's first round (0.97), the other run's only one (0.5)
     assert printed[4:6] == [
-        "| GA | 10000 | 10000 | 1 of 1 | 0.9700 | 0.9700 | 0.9700 | 0 |",
-        "| Other | 10000 | 10000 | 1 of 1 | 0.5000 | 0.5000 | 0.5000 | 0 |",
+        "| GA | 10000 | 10000 | 1 of 1 | 0.9700 | 0.9700-0.9700 | 0.9700 | 0.9700 | 0 |",
+        "| Other | 10000 | 10000 | 1 of 1 | 0.5000 | 0.5000-0.5000 | 0.5000 | 0.5000 | 0 |",
     ]
     with open(out / "curves.csv", newline="") as stream:
         assert [r[0] for r in csv.reader(stream)] == ["method", "GA", "GA", "Other"]
