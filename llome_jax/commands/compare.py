@@ -8,8 +8,8 @@ NAME = "compare"
 HELP = (
     "Compare run directories (GA, LLOME, LaMBO-2; one per seed) at equal label budgets: median "
     "(with its bootstrap interval) and range of the min regret per method (and how many runs "
-    "ended before the budget), whether each run paid every label once and asked constraint queries, a plot, curves.csv "
-    "and summary.csv."
+    "ended before the budget), whether each run paid every label once and asked constraint "
+    "queries, a plot, curves.csv and summary.csv."
 )
 ORDER = 60
 
