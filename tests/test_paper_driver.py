@@ -551,6 +551,21 @@ def test_report_from_hand_made_runs_has_one_verdict_per_claim(
         "LLOME-DPO has a lower hypervolume than the GA and LaMBO-2",
     ):
         assert claim in verdicts
+    # figure 10's hypervolumes: local search and the prior's runs are methods of their own; only
+    # the SFT_i-MargE_j pipelines of figure 4 form one family
+    with open(out / "difficulty_pareto.csv", newline="") as stream:
+        hv_runs = {
+            r["a"]: int(r["b"]) for r in csv.DictReader(stream) if r["kind"] == "hypervolume"
+        }
+    pipelines = [s for s in plan if s.method.startswith("LLOME-SFT") and "-MargE" in s.method]
+    assert len(pipelines) == 24  # SFT3-MargE7, SFT5-MargE5 and SFT7-MargE3, 8 seeds each
+    assert hv_runs["LLOME-SFT/MargE pipelines"] == len(pipelines)
+    runs_of = {m: sum(s.method == m for s in plan) for m in {s.method for s in plan}}
+    assert hv_runs == {
+        **{m: n for m, n in runs_of.items() if m not in {s.method for s in pipelines}},
+        "LLOME-SFT/MargE pipelines": 24,
+    }
+    assert hv_runs["local search"] == 8 and hv_runs["LLOME-MargE-prior"] == 8  # f2 only
     # the figure table lists the sub-verdicts, so a disagreement shows there too
     (row,) = [line for line in report.splitlines() if line.startswith("| 9. Model size")]
     assert "small LLOME-MargE plateaus after 22K labels: **disagree**" in row

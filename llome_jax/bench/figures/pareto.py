@@ -9,7 +9,7 @@ import numpy as np
 
 from llome_jax.bench import verdicts as vd
 from llome_jax.bench.figures.plots import pyplot, save_figure
-from llome_jax.bench.plan import METHODS
+from llome_jax.bench.plan import EXTRA_METHODS, F2_METHODS, METHODS
 from llome_jax.bench.results import CI_NOTE, Context, markdown_table, median_ci, write_csv
 from llome_jax.bench.verdicts import Verdict
 
@@ -103,9 +103,10 @@ def figure_difficulty_pareto(ctx: Context) -> tuple[str, list[Verdict]]:
         ]
         if not pts:
             continue
+        # a method of its own, except the SFT_i-MargE_j pipelines of figure 4 (one family)
         family = (
             spec.method
-            if spec.method in METHODS or spec.method == "LLOME-REINFORCE"
+            if spec.method in {**METHODS, **EXTRA_METHODS, **F2_METHODS}
             else "LLOME-SFT/MargE pipelines"
         )
         area = hypervolume([p[0] for p in pts], [p[1] for p in pts], ctx.budget)
