@@ -213,9 +213,12 @@ SCALES: dict[str, Scale] = {
             (("ga", 32), (15.0, 2.0)),
             (("ga", 128), (30.0, 4.0)),
             (("local_search", 32), (15.0, 1.0)),
-            (("llome", 32), (60.0, 72.0)),  # 10-14 min a run (docs/experiments.md)
-            (("llome", 128), (120.0, 290.0)),  # ~4x the tokens per sequence
-            (("lambo2", 32), (60.0, 138.0)),  # ~23 min a run
+            # f2's 8-seed re-run, two runs at a time on 2 cores, exactly 20K labels after round 0:
+            # LLOME-SFT ~8 min a run, LLOME-MargE ~17-25 min (the slower loss is the estimate),
+            # LaMBO-2 ~55-62 min (its rounds grow from ~2 to ~8 min as its training set grows)
+            (("llome", 32), (60.0, 100.0)),
+            (("llome", 128), (120.0, 400.0)),  # ~4x the tokens per sequence (extrapolated)
+            (("lambo2", 32), (60.0, 330.0)),
             (("lambo2", 128), (120.0, 1000.0)),  # ~2.5-3 h a run
         ),
     ),
