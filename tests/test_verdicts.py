@@ -147,6 +147,13 @@ def test_pairs_agree_together_and_disagree_with_bonferroni() -> None:
     assert v.verdict == "inconclusive" and "agree needs p < 0.025 per pair" in v.reason
 
 
+def test_one_pair_or_item_has_no_bonferroni_note() -> None:
+    v = rules.lower_verdict("c", [pair(0.03, shift=0.2, a=0.7, b=0.5)], "q", "r")
+    assert v.verdict == "disagree" and "Bonferroni" not in v.reason
+    v = rules.near_verdict("c", [("", near(False, 0.5, p=0.03, shift=-0.2))], "q", "r")
+    assert v.verdict == "disagree" and "Bonferroni" not in v.reason
+
+
 def test_too_few_seeds_say_the_smallest_p() -> None:
     v = rules.lower_verdict("c", [pair(0.1, floor=0.1)], "q", "r")
     assert "4 vs 4 cannot reach p < 0.05 (smallest p 0.1)" in v.reason
@@ -402,6 +409,15 @@ def test_diversity_dpo_does_not_improve(unique, feasible, expected) -> None:
     assert v.verdict == expected, v.reason
 
 
+def test_diversity_dpo_median_change_of_exactly_the_minimum_points_to_disagree() -> None:
+    """A median change of exactly IMPROVEMENT_MIN is an improvement: the inconclusive verdict
+    points to disagree and reports the p of a change, not that of 'below'."""
+    unique, feasible = [[0.0, 0.05]] * 6 + [[1.0, 0.05]] * 5, [[0.5, 0.4]] * 11
+    v = vd.diversity_dpo_does_not_improve(unique, feasible)
+    assert v.verdict == "inconclusive" and "the numbers point to disagree" in v.reason
+    assert v.p < 0.5
+
+
 # ------------------------------------------------------------------------------------------
 # Fig. 3
 # ------------------------------------------------------------------------------------------
@@ -426,6 +442,15 @@ def test_spearman_feasible_leaves_infeasible_candidates_out() -> None:
 
     assert spearmanr(lik, pooled).statistic < -0.5
     assert vd.calibration_higher_likelihood_lower_regret("m", lik, values).verdict == "inconclusive"
+
+
+def test_spearman_feasible_needs_three_candidates() -> None:
+    """Three feasible candidates give a rho (regret falls as the likelihood rises: -1), two
+    give NaN."""
+    lik, values = np.array([0.1, 0.2, 0.3]), np.array([0.1, 0.5, 0.9])
+    assert vd.spearman_feasible(lik, values) == (-1.0, 3)
+    rho, n = vd.spearman_feasible(lik[:2], values[:2])
+    assert np.isnan(rho) and n == 2
 
 
 def test_spearman_feasible_above_is_strict() -> None:
@@ -638,6 +663,15 @@ def test_reinforce_decreases_regret(runs, expected) -> None:
     assert v.verdict == expected, v.reason
 
 
+def test_reinforce_decreases_regret_with_no_median_decrease_points_to_disagree() -> None:
+    """Median decrease exactly 0 (8 flat runs, 7 falling): inconclusive, pointing to disagree,
+    with the p of 'below a level' (not that of a decrease)."""
+    v = vd.reinforce_decreases_regret([[0.97, 0.97]] * 8 + [[0.97, 0.87]] * 7, 4)
+    assert v.verdict == "inconclusive" and "the numbers point to disagree" in v.reason
+    assert f"p below a level {rules.fmt_p(v.p)}" in v.reason
+    assert f"p of a decrease {rules.fmt_p(v.p)}" not in v.reason
+
+
 def test_reinforce_decreases_regret_states_the_floor() -> None:
     v = vd.reinforce_decreases_regret([FLAT_EARLY] * 5, 4)
     assert "5 runs cannot reach p < 0.05 two-sided (smallest p 0.0625)" in v.reason
@@ -792,6 +826,8 @@ def test_selection_high_scoring(rounds, expected) -> None:
         # the cpu report: MargE 1.000 > LaMBO-2 0.938, but every LLOME run stopped after round 0
         (summary(MargE=rep(1.0, 3), LaMBO=rep(0.938, 3)), {"LLOME-MargE": 0}, "not comparable"),
         (summary(MargE=rep(1.0, 4), LaMBO=rep(1.0, 4)), {"LLOME-MargE": 10}, "inconclusive"),
+        # no round count for LLOME-MargE: its runs are not taken as untrained
+        (summary(MargE=rep(0.5, 4), LaMBO=rep(0.9, 4)), {}, "agree"),
     ],
 )
 def test_half_quant_marge_best(data, last_round, expected) -> None:
