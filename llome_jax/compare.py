@@ -265,6 +265,14 @@ def common_budget(runs: Sequence[Run]) -> int:
     return int(max(budget, max(run.evaluations[0] for run in runs)))
 
 
+def after_round0(run: Run) -> Run:
+    """The run with its label axis counted from the end of its round 0 (the curve's first
+    point, the round-0 record of ``rounds.jsonl``): read at ``N`` it gives the value after
+    exactly ``N`` labels paid after round 0, the paper driver's reading. Runs whose round 0
+    differs in size (one per seed) are then compared at equal labels after it."""
+    return dataclasses.replace(run, evaluations=run.evaluations - run.evaluations[0])
+
+
 def extended(run: Run, until: float) -> tuple[np.ndarray, np.ndarray]:
     """The run's curve for a plot of a group: a run that stopped early keeps its final value
     up to ``until`` (so a median over the group is drawn over it, as the tables read it)."""

@@ -154,6 +154,30 @@ def test_cli_writes_the_table_plot_and_csvs(runs: pathlib.Path, capsys):
     assert main(["compare", str(runs / "marge_s0"), "--budget", "0"]) == 2
 
 
+def test_cli_after_round_0_reads_each_run_after_its_own_round_0(runs: pathlib.Path, capsys):
+    """``--after-round-0 --budget 4000``: marge_s2 (round 0: 11,000 labels) is read at 15,000
+    in all (0.2), the others at 14,000 (0.5; marge_s1 ended at 3,500 after round 0: 0.7); in
+    labels in all, 14,000 reads marge_s2 at 13,000 (0.6) instead."""
+    out = runs / "cmp"
+    args = ["compare", str(runs / "marge_s*"), f"GA={runs / 'ga_s0'}"]
+    assert main([*args, "--after-round-0", "--budget", "4000", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "| LLOME-MargE | 4000 | 3500-4000 | 3 of 3 | 0.5000 | 0.2000-0.7000 | 0.2000 | 0.7000 "
+        "| 1 |" in printed
+    )
+    assert "| GA | 4000 | 0 | 1 of 1 | 0.9700 | 0.9700-0.9700 | 0.9700 | 0.9700 | 0 |" in printed
+    with open(out / "curves.csv", newline="") as stream:
+        rows = list(csv.reader(stream))
+    assert rows[0][2] == "labels_after_round_0"
+    assert [r[2] for r in rows[1:4]] == ["0", "2000", "4000"]  # marge_s0
+    assert [r[2] for r in rows[7:10]] == ["0", "2000", "4000"]  # marge_s2 (round 0: 11,000)
+    assert main([*args, "--budget", "14000"]) == 0
+    assert "| LLOME-MargE | 14000 | 13000-14000 | 3 of 3 | 0.6000 |" in capsys.readouterr().out
+    assert main([*args, "--after-round-0"]) == 0  # the default budget, counted the same way
+    assert "budget: 3500 labels after round 0 (the default" in capsys.readouterr().out
+
+
 def test_cli_curves_csv_holds_every_round_of_every_run(runs: pathlib.Path):
     """``curves.csv``: one row per round of each run, in the order the runs were given (a glob
     sorted), with the round's own ``num_evaluations`` and ``min_regret`` (no running minimum:

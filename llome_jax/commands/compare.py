@@ -27,8 +27,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         action="append",
         default=None,
-        help="label budget(s) for the table, in labels paid in all, round 0 included "
-        "(repeatable; default: the most every run still going has paid, printed with the table)",
+        help="label budget(s) for the table, in labels paid in all, round 0 included (after "
+        "round 0 with --after-round-0; repeatable; default: the most every run still going has "
+        "paid, printed with the table)",
+    )
+    parser.add_argument(
+        "--after-round-0",
+        action="store_true",
+        help="count labels after each run's round 0 (--budget, the default budget, the table, "
+        "the CSVs and the plot): every run is read at exactly N labels after its own round 0, "
+        "as llome-jax paper reads its runs",
     )
     parser.add_argument("--out", default=None, help="write compare.png, curves.csv, summary.csv")
     parser.add_argument("--title", default=None, help="plot title (default: the problem)")
@@ -58,13 +66,16 @@ def run(args: argparse.Namespace) -> int:
     import pathlib
 
     from llome_jax.commands._common import check_out
-    from llome_jax.compare import common_budget, extended, load_runs, summarise
+    from llome_jax.compare import after_round0, common_budget, extended, load_runs, summarise
     from llome_jax.label_audit import label_audit, label_audit_summary
 
     if args.budget is not None and min(args.budget) < 1:
         raise ValueError(f"--budget must be >= 1, got {min(args.budget)}.")
     check_out(args.out)
     runs = load_runs(args.runs, allow_mixed=args.allow_mixed)
+    if args.after_round_0:
+        runs = [after_round0(run) for run in runs]
+    unit = "after round 0" if args.after_round_0 else "in all, round 0 included"
     budgets = args.budget or [common_budget(runs)]
     metric = runs[0].metric
     name = "min regret" if metric == "min_regret" else "best value"
@@ -74,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if args.budget is None:
         stopped = sum(bool(run.stop_reason) for run in runs)
         print(
-            f"budget: {budgets[0]} labels in all, round 0 included (the default: the most every "
+            f"budget: {budgets[0]} labels {unit} (the default: the most every "
             "run still going has paid"
             + (f"; {stopped} run(s) that stopped early keep their final value" if stopped else "")
             + "; --budget N for others)"
@@ -112,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "curves.csv", "w", newline="") as stream:
         writer = csv.writer(stream)
-        writer.writerow(["method", "run", "num_evaluations", metric])
+        x_name = "labels_after_round_0" if args.after_round_0 else "num_evaluations"
+        writer.writerow(["method", "run", x_name, metric])
         for r in runs:
             for x, y in zip(r.evaluations, r.values):
                 writer.writerow([r.label, str(r.path), int(x), float(y)])
@@ -160,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
         title=args.title if args.title is not None else "; ".join(problems),
         ylabel="min simple regret" if metric == "min_regret" else "best value so far",
         log_x=args.log_x,
+        xlabel="labels paid after round 0" if args.after_round_0 else "labels paid",
         ylim=(-0.02, 1.02) if metric == "min_regret" else None,
     )
     print(f"wrote {out}/compare.png, curves.csv, summary.csv")
