@@ -67,6 +67,12 @@ def test_a_yaml_plan_is_the_paper_drivers_runs(tmp_path: pathlib.Path) -> None:
     # the paper's plan from YAML: no functions
     paper = plan_from_dict({"scale": "cpu", "figures": ["solver"], "methods": "GA"})
     assert paper.names == [s.name for s in paper_plan("cpu", "solver", "GA").runs]
+    # --functions narrows figure 1 to those functions, as llome-jax paper does
+    f2_only = paper_plan("cpu", "solver", "GA", functions="f2")
+    assert f2_only.names == [f"f2/GA_seed{k}" for k in range(8)]
+    assert f2_only.names == [n for n in paper.names if n.startswith("f2/")]
+    with pytest.raises(UsageError, match="unknown function 'f9'"):
+        paper_plan("cpu", functions="f9")
 
 
 def _tiny_dict() -> dict:

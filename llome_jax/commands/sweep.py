@@ -7,7 +7,7 @@ import argparse
 
 NAME = "sweep"
 HELP = (
-    "Run a plan (a YAML file, or the paper's plan: --scale, --only, --methods) on an executor: "
+    "Run a plan (a YAML file, or the paper's plan: --scale, --only, --methods, --functions) on an executor: "
     "inline, local (one process per core), slurm (a submitit job array) or ray; failed runs are "
     "recorded in OUT/failures.jsonl and resubmitted (--retries), each resuming its run "
     "directory; then OUT/report.md from whatever finished, naming what is missing."
@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale", default="smoke", help="the paper's plan: smoke, cpu or paper")
     parser.add_argument("--only", default=None, help="the paper's plan: figures, comma-separated")
     parser.add_argument("--methods", default=None, help="the paper's plan: methods")
+    parser.add_argument(
+        "--functions", default=None, help="the paper's plan: figure 1's functions (default all)"
+    )
     parser.add_argument(
         "--weights", default=None, help="the Pythia-2.8B directory the paper scale fine-tunes"
     )
@@ -145,7 +148,9 @@ def build_plan(args: argparse.Namespace):
                 plan, scale=dataclasses.replace(scale, llome_overrides=overrides)
             )
     else:
-        plan = paper_plan(args.scale, args.only, args.methods, weights=args.weights)
+        plan = paper_plan(
+            args.scale, args.only, args.methods, weights=args.weights, functions=args.functions
+        )
     given = {"cpus": args.cpus, "gpus": args.gpus, "mem_gb": args.mem_gb}
     if any(v is not None for v in given.values()):
         table = [

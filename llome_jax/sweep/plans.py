@@ -46,6 +46,7 @@ from llome_jax.bench.plan import (
     UsageError,
     build_plan,
     parse_figures,
+    parse_functions,
     parse_methods,
 )
 
@@ -217,10 +218,13 @@ def paper_plan(
     methods: str | None = None,
     *,
     weights: str | None = None,
+    functions: str | None = None,
 ) -> SweepPlan:
     """The plan ``llome-jax paper`` runs for these flags (``--scale``, ``--only``,
-    ``--methods``; ``weights``: the Pythia-2.8B directory the ``paper`` scale fine-tunes)."""
+    ``--methods``, ``--functions``; ``weights``: the Pythia-2.8B directory the ``paper`` scale
+    fine-tunes)."""
     scale = _scale(scale_name)
+    scale = dataclasses.replace(scale, functions=parse_functions(functions, scale))
     if weights:
         scale = dataclasses.replace(
             scale, llome_overrides=(*scale.llome_overrides, ("weights", str(weights)))
