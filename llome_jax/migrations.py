@@ -333,6 +333,13 @@ def _llome_6_generate_dtype(config: dict[str, Any]) -> dict[str, Any]:
     return _with_in(config, "refine", generate_dtype="float32")
 
 
+def _llome_7_min_unique_rule(config: dict[str, Any]) -> dict[str, Any]:
+    """v6 -> v7: ``min_unique_rule`` was added, "scaled" by default (the stop rule's threshold
+    keeps the paper's ratio to the outputs a round generates); a run from before it stopped below
+    ``num_seeds`` unique valid candidates whatever a round generated (``"paper"``)."""
+    return _with(config, min_unique_rule="paper")
+
+
 LLOME_MIGRATIONS: tuple[Migration, ...] = (
     _llome_1_nested,
     _llome_2_share_prompts,
@@ -340,6 +347,7 @@ LLOME_MIGRATIONS: tuple[Migration, ...] = (
     _llome_4_head_on_targets,
     _llome_5_information_contract,
     _llome_6_generate_dtype,
+    _llome_7_min_unique_rule,
 )
 
 

@@ -111,6 +111,9 @@ CASES = [
         {"seed": 2, "accounting": "every_evaluation", "constraint_queries": "free"},
     ),
     (LLOME_MIGRATIONS, 5, {"refine": {}}, {"refine": {"generate_dtype": "float32"}}),
+    # a run from before the sized stop rule stopped below num_seeds unique candidates
+    (LLOME_MIGRATIONS, 6, {"num_seeds": 200}, {"num_seeds": 200, "min_unique_rule": "paper"}),
+    (LLOME_MIGRATIONS, 6, {"min_unique_rule": "scaled"}, {"min_unique_rule": "scaled"}),
 ]
 
 

@@ -42,15 +42,17 @@ def rep(value: float, n: int) -> list[float]:
 
 def test_verdict_is_a_named_tuple_with_its_test() -> None:
     v = vd.solver_best("f2", "LLOME-MargE", summary(MargE=rep(0.5, 4), GA=rep(0.9, 4)), 4)
-    assert isinstance(v, Verdict) and v == (v.claim, v.verdict, v.reason, v.test, v.n, v.p)
+    assert isinstance(v, Verdict)
+    assert v == (v.claim, v.verdict, v.reason, v.test, v.n, v.p, v.methods, v.beside)
+    assert (v.methods, v.beside) == (("LLOME-MargE", "GA"), ())
     assert v.claim == "f2: LLOME-MargE performs the best"
     assert v.test == "exact two-sided permutation test on per-seed min regret (difference of means)"
     assert (v.verdict, v.n, v.p) == ("agree", "4 vs 4", pytest.approx(P44))
     assert "n = 4 vs 4, p = 0.0286" in v.reason
     assert vd.stated_test(v) == f"test: {v.test}; n = 4 vs 4; p = 0.0286"
-    # three fields default: a verdict without a test
+    # five fields default: a verdict without a test
     bare = Verdict("c", "not comparable", "why")
-    assert (bare.test, bare.n, bare.p) == ("", "", None)
+    assert (bare.test, bare.n, bare.p, bare.methods, bare.beside) == ("", "", None, (), ())
     assert vd.stated_test(bare) == "test: none; n = n/a; p = n/a"
 
 
@@ -238,7 +240,8 @@ def test_solver_all_comparable_states_tost() -> None:
         (
             summary(MargE=rep(0.5, 4), LaMBO=rep(0.7, 4), GA=rep(0.9, 4)),
             "agree",
-            "LLOME-MargE 0.500 vs LaMBO-2 0.700 (a level 0.125): n = 4 vs 4, p = 0.0286",
+            "LLOME-MargE 0.500 vs LaMBO-2 0.700 (a level 0.125): LLOME-MargE lower by 0.200 "
+            "(1.6 levels), n = 4 vs 4, p = 0.0286",
         ),
         # exactly one level below is a difference; 0.12 below is within it (a tie)
         (summary(MargE=rep(0.5, 4), LaMBO=rep(0.625, 4)), "agree", "a level 0.125"),

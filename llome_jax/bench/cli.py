@@ -95,6 +95,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="redraw report.md and the figures from finished runs",
     )
     parser.add_argument(
+        "--archive",
+        default=None,
+        help="a committed report folder (e.g. docs/paper/f2): planned runs with no directory "
+        "under OUT/runs are read from its curves.csv and diversity.csv, so the report can be "
+        "redrawn after re-making some runs",
+    )
+    parser.add_argument(
         "--runs",
         default=None,
         help="run only the planned runs whose name (e.g. f2/LaMBO-2_seed0) matches one of these "
@@ -170,6 +177,9 @@ def run(args: argparse.Namespace) -> int:
     sweep_cost = 12 * (12.0 + 0.004 * scale.difficulty_seeds * scale.difficulty_generations)
     total = sum(costs.values()) + (sweep_cost if "difficulty_pareto" in figures else 0.0)
     out = pathlib.Path(args.out)
+    archive = None if args.archive is None else pathlib.Path(args.archive)
+    if archive is not None and not (archive / "curves.csv").is_file():
+        raise UsageError(f"--archive {args.archive!r} has no curves.csv")
     if args.print_jobs:
         for line in job_commands(
             args.scale, out, figures, methods, plan, sweep, functions=args.functions
@@ -198,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
             return 0  # a helper (the first process writes the report), or --no-report
     from llome_jax.bench import report
 
-    report.write_report(out, args.scale, scale, report_plan, figures, total)
+    report.write_report(out, args.scale, scale, report_plan, figures, total, archive=archive)
     print(f"wrote {out / 'report.md'}")
     return 0
 

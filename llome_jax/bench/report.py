@@ -20,17 +20,20 @@ from llome_jax.bench.figures import FIGURE_FUNCTIONS
 from llome_jax.bench.plan import FIGURES, RunSpec, Scale
 from llome_jax.bench.results import (
     ACCOUNTING_TEXT,
+    ArchivedRun,
     Context,
     accounting_of,
     markdown_table,
+    read_archive,
     read_rounds,
+    regret_curves,
     write_csv,
 )
 
 if TYPE_CHECKING:
     from llome_jax.label_audit import LabelAudit
 
-__all__ = ["CLAIMS", "CURVE_COLUMNS", "write_curves", "write_report"]
+__all__ = ["CLAIMS", "CURVE_COLUMNS", "STEP_COLUMNS", "write_curves", "write_report", "write_steps"]
 
 #: what the paper says, quoted from paper.tex
 CLAIMS: dict[str, str] = {
@@ -156,6 +159,32 @@ def write_curves(
     write_csv(out / "curves.csv", CURVE_COLUMNS, rows)
 
 
+STEP_COLUMNS = ("run", "labels", "min_regret")
+
+
+def write_steps(
+    out: pathlib.Path,
+    curves: Sequence[tuple[RunSpec, str, str, Sequence[dict]]],
+    archived: dict[RunSpec, ArchivedRun],
+) -> None:
+    """``out/steps.csv``: every run's min-regret curve at label resolution (the curve the
+    figures read, :func:`~llome_jax.bench.results.regret_curves`: for a ``pay_once`` run each
+    label that lowered the min regret inside a round, besides the round ends), one row per
+    point, so that a redraw from the committed folder (``--archive``) reads a run at exactly a
+    label count after its directory is gone. An archived run without such a curve is left out
+    (its ``curves.csv`` rounds are all there is)."""
+    rows = []
+    for spec, _, _, records in curves:
+        if spec in archived:
+            steps = archived[spec].steps
+            points = [] if steps is None else list(zip(*steps))
+        else:
+            found = regret_curves({spec: list(records)}, out).get(spec.method, [])
+            points = list(zip(*found[0])) if found else []
+        rows += [[spec.name, int(x), float(y)] for x, y in points]
+    write_csv(out / "steps.csv", STEP_COLUMNS, rows)
+
+
 def seeds_line(plan: Sequence[RunSpec]) -> str:
     """The plan's seeds per function and method, e.g. ``f1: 3 (GA), 1 (LLOME-SFT, LaMBO-2);
     f2: 8 (each of 7 methods)`` (functions and methods in plan order)."""
@@ -187,14 +216,38 @@ def write_report(
     plan: list[RunSpec],
     figures: Sequence[str],
     plan_seconds: float,
+    archive: pathlib.Path | None = None,
 ) -> None:
+    """Write ``out/report.md``, ``out/curves.csv`` and each figure's PNG and CSV from the plan's
+    run directories. With ``archive`` (a committed report folder, e.g. ``docs/paper/f2``), a
+    planned run with no directory under ``out/runs`` is read from the archive's ``curves.csv``
+    and ``diversity.csv`` (:func:`~llome_jax.bench.results.read_archive`), so a report can be
+    redrawn after some runs were re-made and the others' directories are gone; such runs are
+    marked ``archived`` in the run table.
+
+    Raises:
+      ValueError: ``archive`` has no ``curves.csv``.
+    """
     from llome_jax.label_audit import label_audit, label_audit_summary
 
+    stored: dict[str, ArchivedRun] = {} if archive is None else read_archive(archive)
     runs, stop_reasons, accountings, audits = {}, {}, {}, {}
+    archived: dict[RunSpec, ArchivedRun] = {}
     status, curves = [], []
     for spec in plan:
         path = out / "runs" / spec.name
         records = read_rounds(path)
+        if not records and spec.name in stored:
+            old = stored[spec.name]
+            archived[spec] = old
+            state = old.state
+            status.append([spec.name, spec.method, len(old.records) - 1, f"{state} (archived)", ""])
+            curves.append((spec, state, old.accounting, old.records))
+            if state == "finished":
+                runs[spec] = old.records
+                stop_reasons[spec] = ""
+                accountings[spec] = old.accounting
+            continue
         done = (
             json.loads((path / "done.json").read_text()) if (path / "done.json").exists() else None
         )
@@ -212,8 +265,9 @@ def write_report(
             stop_reasons[spec] = why or ""
             accountings[spec] = accounting
             audits[spec.name] = label_audit(path)
-    ctx = Context(out, scale, scale_name, plan, runs, stop_reasons, accountings)
+    ctx = Context(out, scale, scale_name, plan, runs, stop_reasons, accountings, archived)
     write_curves(out, curves)
+    write_steps(out, curves, archived)
     seeds = seeds_line(plan)
     sections, table, every = [], [], []
     for key in figures:
@@ -259,8 +313,20 @@ def write_report(
         f"Label accounting of the finished runs: {_accounting_line(ctx, ctx.runs)}.",
         "",
         "Every run's curve, round by round (labels paid, min regret, constraint queries): "
-        "`curves.csv`.",
+        "`curves.csv`; at label resolution (each label that lowered the min regret): "
+        "`steps.csv`.",
         "",
+        *(
+            [
+                f"{len(archived)} of the {len(plan)} planned runs are read from the committed "
+                f"`{archive}` (`curves.csv`, `diversity.csv`: round by round; their run "
+                "directories are not here, so their label audit and stop reason are not "
+                "re-read); the others from their run directories under `runs/`.",
+                "",
+            ]
+            if archived
+            else []
+        ),
         f"Information contract (finished runs): {label_audit_summary(audits)}.",
         "",
         "The models are small and from scratch (LLOME: a ~0.2M-parameter Pythia, LaMBO-2: the "

@@ -30,6 +30,7 @@ __all__ = [
     "ACCOUNTING_TEXT",
     "CI_NOTE",
     "MEDIAN_HEADER",
+    "ArchivedRun",
     "Context",
     "accounting_of",
     "early_stops",
@@ -38,6 +39,7 @@ __all__ = [
     "markdown_table",
     "median_ci",
     "quantization_of",
+    "read_archive",
     "read_candidates",
     "read_rounds",
     "regret_curves",
@@ -61,6 +63,90 @@ def read_candidates(path: pathlib.Path) -> list[dict[str, np.ndarray]]:
         with np.load(file) as data:
             out.append({k: data[k] for k in data.files})
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchivedRun:
+    """A run read from a committed report folder instead of its run directory (which is gone):
+    its ``curves.csv`` rows as ``rounds.jsonl``-like records (``round``, ``num_evaluations``,
+    ``min_regret``, ``cum_constraint_queries``; round resolution, so a reading between two
+    rounds is the earlier round's) and, for figure 2, its ``diversity.csv`` rows
+    ``[round, num_evaluations, frac_unique, frac_feasible]`` with what they were measured on."""
+
+    state: str
+    accounting: str
+    records: list[dict]
+    diversity: list[list[Any]] | None = None
+    measured_on: str = ""
+    #: ``(labels, min_regret)`` at label resolution (``steps.csv``, :func:`regret_curves`'s
+    #: curve when the run directory was there); ``None`` where the archive has none
+    steps: tuple[list[int], list[float]] | None = None
+
+
+def read_archive(folder: pathlib.Path) -> dict[str, ArchivedRun]:
+    """Run name -> :class:`ArchivedRun` from a report folder's ``curves.csv`` (and its
+    ``diversity.csv`` where there is one: f2's runs, keyed ``f2/<method>_seed<seed>``; its
+    ``steps.csv``, the curves at label resolution, where there is one).
+
+    Raises:
+      ValueError: the folder has no ``curves.csv``.
+    """
+    folder = pathlib.Path(folder)
+    if not (folder / "curves.csv").is_file():
+        raise ValueError(f"{folder} has no curves.csv to read archived runs from")
+
+    def number(text: str) -> float | None:
+        return None if text == "" else float(text)
+
+    runs: dict[str, dict[str, Any]] = {}
+    with open(folder / "curves.csv", newline="") as stream:
+        for row in csv.DictReader(stream):
+            run = runs.setdefault(
+                row["run"], {"state": row["state"], "accounting": row["accounting"], "rows": []}
+            )
+            run["rows"].append(
+                {
+                    "round": int(row["round"]),
+                    "num_evaluations": int(row["labels"]),
+                    "min_regret": number(row["min_regret"]),
+                    "cum_constraint_queries": (
+                        None if row["constraint_queries"] == "" else int(row["constraint_queries"])
+                    ),
+                }
+            )
+    diversity: dict[str, list[list[Any]]] = {}
+    measured: dict[str, str] = {}
+    if (folder / "diversity.csv").is_file():
+        with open(folder / "diversity.csv", newline="") as stream:
+            for row in csv.DictReader(stream):
+                name = f"f2/{row['method'].replace(' ', '-')}_seed{row['seed']}"
+                diversity.setdefault(name, []).append(
+                    [
+                        int(row["round"]),
+                        int(row["num_evaluations"]),
+                        number(row["frac_unique"]),
+                        number(row["frac_feasible"]),
+                    ]
+                )
+                measured[name] = row["measured_on"]
+    steps: dict[str, tuple[list[int], list[float]]] = {}
+    if (folder / "steps.csv").is_file():
+        with open(folder / "steps.csv", newline="") as stream:
+            for row in csv.DictReader(stream):
+                x, y = steps.setdefault(row["run"], ([], []))
+                x.append(int(row["labels"]))
+                y.append(float(row["min_regret"]))
+    return {
+        name: ArchivedRun(
+            run["state"],
+            run["accounting"],
+            run["rows"],
+            diversity.get(name),
+            measured.get(name, ""),
+            steps.get(name),
+        )
+        for name, run in runs.items()
+    }
 
 
 def regret_of(values: np.ndarray) -> np.ndarray:
@@ -90,13 +176,16 @@ def write_csv(path: pathlib.Path, header: Sequence[str], rows: Sequence[Sequence
 
 
 def regret_curves(
-    runs: dict[RunSpec, list[dict]], out: pathlib.Path | None = None
+    runs: dict[RunSpec, list[dict]],
+    out: pathlib.Path | None = None,
+    archived: dict[RunSpec, ArchivedRun] | None = None,
 ) -> dict[str, list[tuple[list, list]]]:
     """method -> [(num_evaluations, min_regret) per seed] (rounds with a regret). With ``out``
     (the plan's directory) a run's curve is ``RunDirectory.regret_curve``: for a ``pay_once``
     run it holds each label that improved the min regret inside a round, so that
     :func:`llome_jax.compare.curve_at` reads it at exactly a label count, not at the last round
-    before it."""
+    before it. An ``archived`` run's curve is its ``steps.csv`` curve where the archive has one,
+    else its rounds."""
     from llome_jax.rundir import RunDirectory
 
     curves: dict[str, list] = {}
@@ -107,7 +196,11 @@ def regret_curves(
             if r.get("min_regret") is not None
         ]
         path = None if out is None else out / "runs" / spec.name
-        if points and len(points) == len(records) and path is not None and path.is_dir():
+        old = (archived or {}).get(spec)
+        if old is not None:
+            if old.steps is not None:
+                points = list(zip(*old.steps))
+        elif points and len(points) == len(records) and path is not None and path.is_dir():
             x, y = RunDirectory(path).regret_curve("min_regret")
             points = [(int(e), float(g)) for e, g in zip(x, y)]
         if points:
@@ -122,7 +215,9 @@ def summary_at(curves: dict[str, list], after: float) -> dict[str, dict[str, Any
     (each run's first point, its round 0, plus ``after``), seeds, ``labels_paid``: the
     median over seeds of the labels a run paid after round 0 up to ``after`` (less for a run that
     stopped early, whose last min regret counts), ``values``: each run's min regret (the runs'
-    order, the same at every ``after``; the verdicts' per-seed values) and ``ci_low`` /
+    order, the same at every ``after``; the verdicts' per-seed values), ``labels_read``: each
+    run's labels after round 0 up to ``after``, ``stopped``: how many runs read fewer than
+    ``after`` (they stopped early; their last value is what is read) and ``ci_low`` /
     ``ci_high``: the median's 95 % percentile bootstrap interval (:func:`median_ci`)."""
     out = {}
     for method, runs in curves.items():
@@ -138,6 +233,8 @@ def summary_at(curves: dict[str, list], after: float) -> dict[str, dict[str, Any
                 "max": float(finals.max()),
                 "seeds": int(finals.size),
                 "labels_paid": float(np.median(paid)),
+                "labels_read": [int(v) for v in paid],
+                "stopped": int(np.sum(paid < after)),
                 "values": [float(v) for v in finals],
                 "ci_low": low,
                 "ci_high": high,
@@ -217,6 +314,8 @@ class Context:
     stop_reasons: dict[RunSpec, str] = dataclasses.field(default_factory=dict)
     #: a finished run's label accounting (:func:`accounting_of`)
     accountings: dict[RunSpec, str] = dataclasses.field(default_factory=dict)
+    #: runs read from a committed report folder (``--archive``), not from a run directory
+    archived: dict[RunSpec, ArchivedRun] = dataclasses.field(default_factory=dict)
 
     def select(
         self,

@@ -23,9 +23,14 @@ from llome_jax.llome.refine import RefineConfig
 from llome_jax.llome.temperature import DEFAULT_TEMPERATURES
 from llome_jax.loss_registry import LOSS_SPECS
 
+#: Outputs one round of the paper's refinement generates: n_s = 200 seeds x n_i = 10 iterations x
+#: (greedy + 6 temperatures x n_o = 10 samples), the size its stop rule's n_s = 200 was set for.
+PAPER_OUTPUTS_PER_ROUND = 200 * 10 * (1 + 6 * 10)
+
 __all__ = [
     "FLAT_KEYS",
     "LOSS_NAMES",
+    "PAPER_OUTPUTS_PER_ROUND",
     "FinetuneConfig",
     "LoopConfig",
     "check_prior_fits",
@@ -290,8 +295,15 @@ class LoopConfig:
       exclude_labelled: the Filter drops candidates that are already labelled (GA data, earlier
         rounds, seeds) before it draws j, so no sequence is labelled twice (paper: the labelled
         set is a set); ``False`` is the authors' code, which can relabel earlier sequences.
-      min_unique_candidates: stop when a round produced fewer unique valid candidates (``None``:
-        ``num_seeds``).
+      min_unique_candidates / min_unique_rule: a round that produced fewer unique valid
+        candidates than :attr:`LoopConfig.min_candidates` stops the run (the paper: "we stop
+        when fewer than n_s unique candidates are generated"). ``min_unique_candidates``, when
+        set, is that number; otherwise ``min_unique_rule`` says: "scaled" (default) keeps the
+        paper's ratio of ``n_s`` to the outputs a round generates, ``ceil(n_s * outputs /
+        122,000)`` with ``outputs = n_s n_i (g + |T| n_o)`` (the paper's 200 x 10 x 61 =
+        122,000; :data:`PAPER_OUTPUTS_PER_ROUND`): 200 under the ``paper`` preset, 33 under
+        ``cpu``'s 20,000 outputs; "paper" is ``n_s`` whatever the round generates (200 of 20,000
+        under ``cpu``: six times stricter than the paper's rule).
       data_parallel: shard training/log-prob/generation batches over all devices.
       accounting: "pay_once" (default: a label is paid once per distinct sequence; round 0 pays
         the GA's distinct sequences) or "every_evaluation" (the paper's: round 0 pays
@@ -327,6 +339,7 @@ class LoopConfig:
     filter_likelihood: str = "raw"
     exclude_labelled: bool = True
     min_unique_candidates: int | None = None
+    min_unique_rule: str = "scaled"
     data_parallel: bool = False
     accounting: str = "pay_once"
     constraint_queries: str = "off"
@@ -350,6 +363,7 @@ class LoopConfig:
             ("filter_likelihood", ("raw", "processed")),
             ("training_data", ("latest", "cumulative")),
             ("text_format", ("list", "compact")),
+            ("min_unique_rule", ("scaled", "paper")),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}; got {getattr(self, name)!r}")
@@ -364,8 +378,21 @@ class LoopConfig:
         return loss_for_round(self.schedule, round_index)
 
     @property
+    def outputs_per_round(self) -> int:
+        """Outputs a round's refinement generates, ``n_s n_i (g + |T| n_o)`` (before any
+        filter; the paper's 200 x 10 x (1 + 6 x 10) = 122,000)."""
+        per_seed = int(self.refine.greedy) + len(self.temperatures) * self.refine.num_samples
+        return self.num_seeds * self.refine.num_iterations * per_seed
+
+    @property
     def min_candidates(self) -> int:
-        return self.num_seeds if self.min_unique_candidates is None else self.min_unique_candidates
+        """The fewest unique valid candidates a round may generate and the run go on
+        (``min_unique_candidates`` / ``min_unique_rule``)."""
+        if self.min_unique_candidates is not None:
+            return self.min_unique_candidates
+        if self.min_unique_rule == "paper":
+            return self.num_seeds
+        return math.ceil(self.num_seeds * self.outputs_per_round / PAPER_OUTPUTS_PER_ROUND)
 
     def replace(self, **overrides: Any) -> LoopConfig:
         """This configuration with settings replaced: dotted keys (``**{"finetune.epochs": 4}``),

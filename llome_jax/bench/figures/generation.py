@@ -44,6 +44,10 @@ def _diversity_values(
     the method generated or proposed before any filter, and what that is. ``None`` where the run
     did not record it so (:func:`~llome_jax.bench.verdicts.diversity_lambo2_most_unique`)."""
     later = [r for r in records if r["round"] >= 1]
+    if (archived := ctx.archived.get(spec)) is not None:
+        if archived.diversity is None:
+            raise ValueError(f"the archive has no diversity rows of {spec.name}")
+        return [list(row) for row in archived.diversity], archived.measured_on
 
     def finite(x: Any) -> float | None:
         return None if x is None or not math.isfinite(float(x)) else float(x)

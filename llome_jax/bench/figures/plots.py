@@ -29,9 +29,15 @@ def save_figure(figure: Any, path: pathlib.Path) -> None:
 
 
 def plot_curves(
-    path: pathlib.Path, panels: dict[str, dict[str, list]], xlabel: str = "oracle labels"
+    path: pathlib.Path,
+    panels: dict[str, dict[str, list]],
+    xlabel: str = "oracle labels",
+    stopped_before: float | None = None,
 ) -> None:
-    """One panel of min-regret curves per ``title -> {method: [(labels, regret) per run]}``."""
+    """One panel of min-regret curves per ``title -> {method: [(labels, regret) per run]}``.
+    Each curve ends at its run's last label (a method's median where fewer than half its runs
+    go on); with ``stopped_before`` (the budget after round 0), the last point of every run
+    that stopped before it is marked with an ``x`` in its method's colour."""
     from llome_jax.plotting import draw_regret_curves
 
     plt = pyplot()
@@ -40,6 +46,23 @@ def plot_curves(
     for axis, (title, curves) in zip(axes[0], panels.items()):
         if curves:
             draw_regret_curves(axis, curves)
+            if stopped_before is not None:
+                colours = {line.get_label().split(",")[0]: line.get_color() for line in axis.lines}
+                marked = False
+                for method, runs in curves.items():
+                    ends = [
+                        (x[-1], y[-1]) for x, y in runs if len(x) and x[-1] - x[0] < stopped_before
+                    ]
+                    if ends:
+                        axis.plot(
+                            [e[0] for e in ends],
+                            [e[1] for e in ends],
+                            "x",
+                            color=colours.get(method),
+                            markersize=7,
+                            label=None if marked else "a run stopped early",
+                        )
+                        marked = True
             axis.legend(fontsize=7)
         axis.set_title(title, fontsize=9)
         axis.set_xlabel(xlabel)

@@ -8,6 +8,8 @@ verdicts, one per sub-claim (:mod:`llome_jax.bench.verdicts`).
 
 from __future__ import annotations
 
+import numpy as np
+
 from llome_jax.bench import verdicts as vd
 from llome_jax.bench.figures.generation import calibration_rows, logged_candidates
 from llome_jax.bench.figures.plots import plot_calibration, plot_curves
@@ -25,6 +27,7 @@ from llome_jax.bench.results import (
     write_csv,
 )
 from llome_jax.bench.verdicts import Verdict
+from llome_jax.bench.verdicts.rules import compare_pair
 
 __all__ = [
     "TINY",
@@ -45,33 +48,85 @@ EASY_OR_HARD = ("f1", "f4")
 MEDIUM = ("f2", "f3")
 
 
+def _stop_mark(ctx: Context, selected: dict[RunSpec, list[dict]], method: str, s: dict) -> str:
+    """The table's mark of a method whose runs stopped before the budget: ``"8 of 8 (too few
+    unique valid candidates ...)"``; ``""`` when none did."""
+    if not s["stopped"]:
+        return ""
+    reasons = sorted(
+        {
+            ctx.stop_reasons.get(spec) or "no reason recorded"
+            for spec in selected
+            if spec.method == method and int(selected[spec][-1]["round"]) < ctx.scale.rounds
+        }
+    )
+    why = f" ({'; '.join(reasons)})" if reasons else ""
+    return f"{s['stopped']} of {s['seeds']}{why}"
+
+
+def _equal_label_readings(
+    function: str, curves: dict[str, list], summary: dict, budget: int, quantization: int
+) -> list[str]:
+    """For each method whose runs stopped before ``budget``: every other method of the paper
+    read at the stopped runs' median label count after round 0 against it (the one-level rule's
+    direction and the exact two-sided permutation test, as the verdicts compare), so a reader
+    sees the methods at equal labels as well as at the budget."""
+    lines = []
+    for method, s in sorted(summary.items()):
+        if not s["stopped"]:
+            continue
+        at = int(np.median(s["labels_read"]))
+        early = summary_at(curves, at)
+        pairs = [
+            compare_pair(
+                method, early[method]["values"], other, early[other]["values"], quantization
+            ).text()
+            for other in sorted(early)
+            if other != method and other in vd.PAPER_METHODS
+        ]
+        lines.append(
+            f"{function}: {method}'s runs stopped at a median {at:,} labels after round 0 "
+            f"({s['stopped']} of {s['seeds']} before {budget:,}); read there, at equal labels: "
+            + "; ".join(pairs)
+            + ". These readings decide nothing: the verdicts read every run at the budget, a "
+            "stopped run at its last value (the method stopped itself; what it reached is what it "
+            "gives for the budget)."
+        )
+    return lines
+
+
 def figure_solver(ctx: Context) -> tuple[str, list[Verdict]]:
-    """Figure 1: min regret at the budget per function and method (``solver.csv``)."""
-    rows, panels, text = [], {}, []
+    """Figure 1: min regret at the budget per function and method (``solver.csv``). A method
+    whose runs stopped before the budget is marked (``stopped_early``, with the stop reason;
+    ``labels_read``: the median labels read after round 0) and also read at its own label count
+    against the paper's other methods."""
+    rows, panels, text, table = [], {}, [], []
     verdicts: list[Verdict] = []
-    stops = []
+    stops, equal = [], []
     for function in ctx.scale.functions:
         selected = ctx.select("solver", function)
-        curves = regret_curves(selected, ctx.out)
+        curves = regret_curves(selected, ctx.out, ctx.archived)
         panels[function] = curves
         if early := early_stops(ctx, selected):
             stops.append(f"{function}: {early}")
         summary = summary_at(curves, ctx.budget)
         for method, s in summary.items():
-            rows.append(
-                [
-                    function,
-                    method,
-                    s["seeds"],
-                    ctx.budget,
-                    s["median"],
-                    s["ci_low"],
-                    s["ci_high"],
-                    s["min"],
-                    s["max"],
-                    int(s["labels_paid"]),
-                ]
-            )
+            mark = _stop_mark(ctx, selected, method, s)
+            cells = [
+                function,
+                method,
+                s["seeds"],
+                ctx.budget,
+                int(s["labels_paid"]),
+                s["stopped"],
+                s["median"],
+                s["ci_low"],
+                s["ci_high"],
+                s["min"],
+                s["max"],
+            ]
+            rows.append(cells)
+            table.append([*cells[:6], *cells[6:], mark])
         found = []
         if function in EASY_OR_HARD:
             found.append(vd.solver_all_comparable(function, summary))
@@ -82,29 +137,34 @@ def figure_solver(ctx: Context) -> tuple[str, list[Verdict]]:
         if method := PAPER_BEST_METHOD.get(function):
             found.append(vd.solver_best(function, method, summary, quantization_of(function)))
         verdicts += [ctx.check(v, selected) for v in found]
-    plot_curves(ctx.out / "solver.png", panels)
+        if summary:
+            equal += _equal_label_readings(
+                function, curves, summary, ctx.budget, quantization_of(function)
+            )
+    plot_curves(ctx.out / "solver.png", panels, stopped_before=ctx.budget)
     header = [
         "function",
         "method",
         "seeds",
         "labels_after_round_0",
+        "labels_read",
+        "stopped_early",
         "median_min_regret",
         "median_ci95_low",
         "median_ci95_high",
         "min",
         "max",
-        "median_labels_paid",
     ]
     write_csv(ctx.out / "solver.csv", header, rows)
-    text.append(markdown_table(header, rows))
-    text.append(CI_NOTE)
-    if stops:  # their last min regret counts at the budget
-        text.append(
-            "Runs that stopped before their budget (their last min regret counts; "
-            "`median_labels_paid`: labels paid after round 0, median over seeds): "
-            + "; ".join(stops)
-            + "."
-        )
+    text.append(markdown_table([*header, "stopped before the budget (reason)"], table))
+    text.append(
+        CI_NOTE + " `labels_after_round_0`: the budget every run is read at; `labels_read`: the "
+        "median labels a method's runs actually paid after round 0 (less where runs stopped "
+        "early: their last min regret is read at the budget); `stopped_early`: how many runs did."
+    )
+    if stops:
+        text.append("Runs that stopped before their budget: " + "; ".join(stops) + ".")
+    text += equal
     return "\n\n".join(text), verdicts
 
 
@@ -123,7 +183,7 @@ def figure_sft_marge(ctx: Context) -> tuple[str, list[Verdict]]:
 
     curves: dict[str, list] = {}
     for spec, records in specs.items():
-        for runs in regret_curves({spec: records}, ctx.out).values():
+        for runs in regret_curves({spec: records}, ctx.out, ctx.archived).values():
             curves.setdefault(label(spec), []).extend(runs)
     plot_curves(ctx.out / "sft_marge.png", {"f2: SFT_i-MargE_j": curves})
     summary = summary_at(curves, ctx.budget)
@@ -179,7 +239,7 @@ def regret_by_round(records: list[dict]) -> list[float]:
 def figure_reinforce(ctx: Context) -> tuple[str, list[Verdict]]:
     """Figure 5: LLOME-MargE vs LLOME-REINFORCE on f2 (``reinforce.csv``)."""
     selected = ctx.select("reinforce", "f2")
-    curves = regret_curves(selected, ctx.out)
+    curves = regret_curves(selected, ctx.out, ctx.archived)
     plot_curves(ctx.out / "reinforce.png", {"f2: MargE vs REINFORCE": curves})
     summary = summary_at(curves, ctx.budget)
     rows = [
@@ -210,7 +270,7 @@ def figure_reinforce(ctx: Context) -> tuple[str, list[Verdict]]:
 def figure_half_quant(ctx: Context) -> tuple[str, list[Verdict]]:
     """Figure 8: every method on the half-quantised f2, Ehr(32,32)-4-4-2 (``half_quant.csv``)."""
     selected = ctx.select("half_quant", HALF)
-    curves = regret_curves(selected, ctx.out)
+    curves = regret_curves(selected, ctx.out, ctx.archived)
     plot_curves(ctx.out / "half_quant.png", {HALF: curves})
     summary = summary_at(curves, ctx.budget)
     rows = [
@@ -243,7 +303,7 @@ def figure_model_size(ctx: Context) -> tuple[str, list[Verdict]]:
     """Figure 9: our small from-scratch LLOME-MargE vs LaMBO-2 on f2, at every round's budget
     up to the paper's 22K and at the end (``model_size.csv``)."""
     selected = ctx.select("model_size", "f2", ("LLOME-MargE", "LaMBO-2"))
-    curves = regret_curves(selected, ctx.out)
+    curves = regret_curves(selected, ctx.out, ctx.archived)
     plot_curves(
         ctx.out / "model_size.png",
         {"f2": {(TINY if m == "LLOME-MargE" else m): c for m, c in curves.items()}},

@@ -29,8 +29,11 @@ Every comparison of methods (or of one method at two points) over seeds is decid
   in ``{0, 1/q, ..., 1}``; one level more or less in motif ``i`` moves ``f`` by
   ``f / (q phi_i) >= f / q``. So two median regrets closer than ``(1 - r) / q`` (``r`` the lower
   one) are less than one level apart: within a level is a tie, a level or more is a difference.
-  On f2 (``q = 4``) at regret 0.789 a level is 0.053. Quantities without levels (fractions,
-  hypervolumes, regret ranges) use the strict order of the medians (means for hypervolumes).
+  On f2 (``q = 4``) at regret 0.789 a level is 0.053. Two distinct values can still be closer
+  than a level when they differ in several motifs (one a level up, another a level down):
+  0.789 and 0.8125 on f2 are 0.023 apart; the rule reads such medians as a tie. Quantities
+  without levels (fractions, hypervolumes, regret ranges) use the strict order of the medians
+  (means for hypervolumes).
 * *The test*: two methods' per-seed values, the exact two-sided permutation test of the
   difference of means (``llome_jax.stats.permutation_test``; within functions for the
   hypervolumes, ``stratified_permutation_test``), significant at ``p <`` :data:`ALPHA`; one
@@ -49,6 +52,12 @@ and a correlation band ``Z_95 / sqrt(n - 1)`` (the null standard error of Spearm
 reported p is its normal approximation). Candidates of one round are not independent, so the
 band is optimistic; a verdict inside it is ``inconclusive``. Existence claims ("reaches the
 optimum") and the "often" fraction are rules on counts without a test (``test``: "no test").
+
+A claim about "the other methods" is decided over the paper's methods (:data:`PAPER_METHODS`);
+arms the paper does not have (blind local search, LLOME-MargE from our prior, a user's
+optimizer) are compared in the same way and reported beside the claim, never deciding it
+(:attr:`Verdict.methods`, :attr:`Verdict.beside`). Every pair in a reason says which side is
+lower and by how much, and a verdict's reason opens with the pairs that decided it.
 
 Each :class:`Verdict` carries its ``test`` (what was tested, on which values), ``n`` (e.g.
 ``"4 vs 4"``) and ``p`` (the deciding comparison's; ``None`` without a test), which the report
@@ -102,6 +111,7 @@ from llome_jax.bench.verdicts.rules import (
     OFTEN,
     OUTCOMES,
     PAPER_22K_AFTER_ROUND0,
+    PAPER_METHODS,
     PLATEAU_EARLY,
     Z_95,
     SelectionRound,
@@ -123,6 +133,7 @@ __all__ = [
     "OFTEN",
     "OUTCOMES",
     "PAPER_22K_AFTER_ROUND0",
+    "PAPER_METHODS",
     "PLATEAU_EARLY",
     "Z_95",
     "SelectionRound",

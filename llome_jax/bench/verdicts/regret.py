@@ -13,6 +13,7 @@ from llome_jax.bench.verdicts.rules import (
     EASY_HARD_SPREAD,
     OPTIMUM_TOL,
     PAPER_22K_AFTER_ROUND0,
+    PAPER_METHODS,
     PLATEAU_EARLY,
     PairTest,
     Summary,
@@ -84,26 +85,31 @@ def solver_best(function: str, method: str, summary: Summary, quantization: int)
     f3."
 
     Input: per method, the per-seed min regrets at the budget; ``quantization`` the function's
-    ``q``. Rule and test per other method: ``method``'s median a level or more below (the
-    one-level rule) and the exact two-sided permutation test at :data:`ALPHA`. Agree: below
+    ``q``. Rule and test per other method of the paper (:data:`PAPER_METHODS`; any other arm
+    of ``summary`` is reported beside the verdict, never deciding it): ``method``'s median a
+    level or more below (the one-level rule) and the exact two-sided permutation test at
+    :data:`ALPHA`. Agree: below
     every other method by both; disagree: some method below ``method`` by both, the test at
     :data:`ALPHA` / others (Bonferroni); else inconclusive (a tie, within a level, or too few
     seeds: 3 vs 3 cannot reach 0.05); ``method`` or every competitor missing: not comparable.
     """
-    return beats(f"{function}: {method} performs the best", summary, (method,), quantization)
+    claim = f"{function}: {method} performs the best"
+    return beats(claim, summary, (method,), quantization, among=PAPER_METHODS)
 
 
 def solver_medium_pair_outperforms(function: str, summary: Summary, quantization: int) -> Verdict:
     """Paper (Fig. 1 caption): "On medium-difficulty tasks [f2, f3], LLOME-MargE and LaMBO-2
     outperform other methods."
 
-    Rule and test as :func:`solver_best`, for each of the two against each other method: agree
+    "Other methods" are the paper's (:data:`PAPER_METHODS`: the GA, LLOME-SFT, LLOME-DPO; arms
+    the paper does not have are reported beside). Rule and test as :func:`solver_best`, for each
+    of the two against each other method: agree
     when both are below every other method by the rule and the test; disagree when another
     method is below one of them by both (Bonferroni over the pairs); else inconclusive; either
     method or every other method missing: not comparable.
     """
     claim = f"{function}: LLOME-MargE and LaMBO-2 outperform the other methods"
-    return beats(claim, summary, ("LLOME-MargE", "LaMBO-2"), quantization)
+    return beats(claim, summary, ("LLOME-MargE", "LaMBO-2"), quantization, among=PAPER_METHODS)
 
 
 def sft_marge_sole_optimum(first: str, finals: Mapping[str, Sequence[float]]) -> Verdict:
@@ -297,7 +303,7 @@ def half_quant_marge_best(
             "not comparable",
             "every LLOME-MargE run stopped after round 0 (no training pairs): LLOME never trained",
         )
-    return beats(claim, summary, ("LLOME-MargE",), quantization)
+    return beats(claim, summary, ("LLOME-MargE",), quantization, among=PAPER_METHODS)
 
 
 # ------------------------------------------------------------------------------------------

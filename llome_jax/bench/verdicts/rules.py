@@ -27,6 +27,7 @@ __all__ = [
     "OPTIMUM_TOL",
     "OUTCOMES",
     "PAPER_22K_AFTER_ROUND0",
+    "PAPER_METHODS",
     "PLATEAU_EARLY",
     "Z_95",
     "NearTest",
@@ -102,6 +103,9 @@ PLATEAU_EARLY = 0.5
 PAPER_22K_AFTER_ROUND0 = 12_000
 #: A min regret at or below this is the optimum (regret 0 up to float rounding).
 OPTIMUM_TOL = 1e-9
+#: The methods the paper ran (its figure 1 and the REINFORCE ablation): a claim about "the other
+#: methods" is decided over these; any other arm is reported beside it (:func:`beats`).
+PAPER_METHODS = ("GA", "LLOME-SFT", "LLOME-MargE", "LLOME-DPO", "LLOME-REINFORCE", "LaMBO-2")
 
 
 class Verdict(NamedTuple):
@@ -117,6 +121,10 @@ class Verdict(NamedTuple):
     test: str = ""
     n: str = ""
     p: float | None = None
+    #: the methods that entered the decision (empty where the claim names its methods itself)
+    methods: tuple[str, ...] = ()
+    #: arms compared and reported beside the claim that did not enter it (e.g. local search)
+    beside: tuple[str, ...] = ()
 
 
 class SelectionRound(NamedTuple):
@@ -250,6 +258,19 @@ class PairTest(NamedTuple):
             return None
         return self.shift < 0.0
 
+    def direction(self) -> str:
+        """Which centre is lower and by how much, in the rule's terms: ``"b lower by 0.281
+        (2.3 levels)"``, ``"a lower by 0.023, within a level"``, ``"equal"``."""
+        gap = self.centre_b - self.centre_a
+        if gap == 0.0:
+            return "equal"
+        lower = self.a if gap > 0 else self.b
+        text = f"{lower} lower by {abs(gap):.3f}"
+        if self.level:
+            levels = abs(gap) / self.level
+            text += ", within a level" if levels < 1 else f" ({levels:.1f} levels)"
+        return text
+
     def text(self) -> str:
         level = f" (a level {self.level:.3f})" if self.level else ""
         floor = (
@@ -259,7 +280,7 @@ class PairTest(NamedTuple):
         )
         return (
             f"{self.a} {self.centre_a:.3f} vs {self.b} {self.centre_b:.3f}{level}: "
-            f"n = {self.n}, p = {fmt_p(self.p)}{floor}"
+            f"{self.direction()}, n = {self.n}, p = {fmt_p(self.p)}{floor}"
         )
 
 
@@ -316,10 +337,12 @@ def lower_verdict(
     against = [p for p in pairs if p.rule is False and p.test(strict) is False]
     if all(p.rule is True and p.test(alpha_agree) is True for p in pairs):
         top = max(pairs, key=lambda p: p.p)
-        return Verdict(claim, "agree", f"{head}: {body}", test, top.n, top.p)
+        why = f"decided by every pair: {_lower_list(pairs)}; {head}: {body}"
+        return Verdict(claim, "agree", why, test, top.n, top.p)
     if against:
         top = min(against, key=lambda p: p.p)
-        return Verdict(claim, "disagree", f"{head}: {body}", test, top.n, top.p)
+        why = f"decided by: {_lower_list(against)}; {head}: {body}"
+        return Verdict(claim, "disagree", why, test, top.n, top.p)
     if any(p.rule is False for p in pairs):
         direction = "disagree"
         top = min((p for p in pairs if p.rule is False), key=lambda p: p.p)
@@ -328,6 +351,17 @@ def lower_verdict(
         top = max(pairs, key=lambda p: p.p)
     why = f"the numbers point to {direction}, the rule and the test do not both decide; {head}: "
     return Verdict(claim, "inconclusive", why + body, test, top.n, top.p)
+
+
+def _lower_list(pairs: Sequence[PairTest]) -> str:
+    """``"LaMBO-2 below LLOME-MargE by 0.281 (p = 0.000777)"`` for each pair: the direction of
+    every difference a verdict rests on."""
+    out = []
+    for p in pairs:
+        gap = p.centre_b - p.centre_a
+        low, high = (p.a, p.b) if gap > 0 else (p.b, p.a)
+        out.append(f"{low} below {high} by {abs(gap):.3f} (p = {fmt_p(p.p)})")
+    return ", ".join(out)
 
 
 class NearTest(NamedTuple):
@@ -387,8 +421,8 @@ def near_verdict(
         )
         return (
             f"{label}{p.a} {p.centre_a:.3f} vs {p.b} {p.centre_b:.3f} (margin {near.margin:.3f}, "
-            f"{'within' if near.within else 'apart'}): n = {p.n}, TOST p = {fmt_p(near.p_near)}, "
-            f"difference p = {fmt_p(p.p)}{floor}"
+            f"{'within' if near.within else 'apart'}): {p.direction()}, n = {p.n}, "
+            f"TOST p = {fmt_p(near.p_near)}, difference p = {fmt_p(p.p)}{floor}"
         )
 
     body = "; ".join(text(label, near) for label, near in items)
@@ -404,9 +438,11 @@ def near_verdict(
     if all(near.within and near.p_near < ALPHA for _, near in items):
         top = max((near for _, near in items), key=lambda near: near.p_near)
         return Verdict(claim, "agree", f"{head}: {body}", test, top.pair.n, top.p_near)
-    if against := [near for _, near in items if apart(near)]:
-        top = min(against, key=lambda near: near.pair.p)
-        return Verdict(claim, "disagree", f"{head}: {body}", test, top.pair.n, top.pair.p)
+    if against := [(label, near) for label, near in items if apart(near)]:
+        top = min((near for _, near in against), key=lambda near: near.pair.p)
+        decided = ", ".join(f"{label}{_lower_list([near.pair])}" for label, near in against)
+        why = f"apart, decided by: {decided}; {head}: {body}"
+        return Verdict(claim, "disagree", why, test, top.pair.n, top.pair.p)
     if all(near.within for _, near in items):
         top = max((near for _, near in items), key=lambda near: near.p_near)
         direction, p_top = "agree", top.p_near
@@ -426,20 +462,42 @@ def missing_runs(claim: str, summary: Summary, needed: Sequence[str]) -> Verdict
 
 
 def beats(
-    claim: str, summary: Summary, winners: Sequence[str], quantization: int | None
+    claim: str,
+    summary: Summary,
+    winners: Sequence[str],
+    quantization: int | None,
+    among: Collection[str] | None = None,
 ) -> Verdict:
-    """Each of ``winners`` has a lower min regret than every other method of ``summary``."""
+    """Each of ``winners`` has a lower min regret than every other method of ``summary`` that
+    is in ``among`` (``None``: every method). The methods outside ``among`` (arms the paper does
+    not have) are compared with the winners the same way and reported beside the verdict, in
+    its reason and :attr:`Verdict.beside`; they never change it."""
     if verdict := missing_runs(claim, summary, winners):
         return verdict
-    others = [m for m in sorted(summary) if m not in winners and len(summary[m]["values"])]
+    present = [m for m in sorted(summary) if m not in winners and len(summary[m]["values"])]
+    others = [m for m in present if among is None or m in among]
+    beside = [m for m in present if m not in others]
     if not others:
         return Verdict(claim, "not comparable", f"no other method beside {', '.join(winners)}")
-    pairs = [
-        compare_pair(w, seed_values(summary[w]), o, seed_values(summary[o]), quantization)
-        for w in winners
-        for o in others
-    ]
-    return lower_verdict(claim, pairs, "min regret", "the one-level rule on medians")
+
+    def pairs_with(methods: Sequence[str]) -> list[PairTest]:
+        return [
+            compare_pair(w, seed_values(summary[w]), o, seed_values(summary[o]), quantization)
+            for w in winners
+            for o in methods
+        ]
+
+    verdict = lower_verdict(
+        claim, pairs_with(others), "min regret", "the one-level rule on medians"
+    )
+    verdict = verdict._replace(methods=(*winners, *others), beside=tuple(beside))
+    if not beside:
+        return verdict
+    aside = "; ".join(p.text() for p in pairs_with(beside))
+    return verdict._replace(
+        reason=f"{verdict.reason}. Beside the claim (not the paper's methods, not deciding it): "
+        f"{aside}"
+    )
 
 
 # ------------------------------------------------------------------------------------------
