@@ -32,6 +32,8 @@ import math
 import jax
 import jax.numpy as jnp
 
+from llome_jax.moved import moved_names
+
 __all__ = [
     "GAConfig",
     "GAState",
@@ -372,3 +374,10 @@ def approx_count_unique_rows(rows: jax.Array) -> jax.Array:
     """
     hashes = jnp.sort(_row_hash(rows))
     return 1 + jnp.sum((hashes[1:] != hashes[:-1]).astype(jnp.int32))
+
+
+#: Whole runs moved to :mod:`llome_jax.ga_loop`; the old names still import (and warn once).
+__getattr__ = moved_names(
+    __name__,
+    {name: "llome_jax.ga_loop" for name in ("run", "start", "advance", "run_archive")},
+)

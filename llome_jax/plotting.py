@@ -130,9 +130,13 @@ def plot_regret_curves(
     log_x: bool = True,
     ylim: tuple[float, float] | None = (-0.02, 1.02),
     unit: str | None = "run",
+    stopped: Mapping[str, Sequence[tuple[float, float]]] | None = None,
 ) -> pathlib.Path:
     """One regret-vs-evaluations figure (see :func:`draw_regret_curves`, ``unit`` included)
-    saved as a PNG (``ylim=None``: automatic y limits)."""
+    saved as a PNG (``ylim=None``: automatic y limits). ``stopped``: per curve name, the
+    ``(labels, value)`` where each of its runs that stopped early really ended (its curve may
+    be carried on flat after it, as a table reads it): each is marked with an ``x`` in the
+    name's colour, so a reader sees where the data end."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -140,6 +144,20 @@ def plot_regret_curves(
 
     figure, axis = plt.subplots(figsize=(6.4, 4.2), dpi=120)
     draw_regret_curves(axis, curves, unit=unit)
+    if stopped:
+        colours = {line.get_label().split(",")[0]: line.get_color() for line in axis.lines}
+        marked = False
+        for name, ends in stopped.items():
+            if ends:
+                axis.plot(
+                    [e[0] for e in ends],
+                    [e[1] for e in ends],
+                    "x",
+                    color=colours.get(name),
+                    markersize=7,
+                    label=None if marked else "run stopped early (carried flat after)",
+                )
+                marked = True
     if log_x:
         axis.set_xscale("log")
     axis.set_xlabel(xlabel)

@@ -1033,3 +1033,65 @@ def test_every_decided_comparison_names_its_test_n_and_p() -> None:
     for v in cases:
         assert v.verdict in ("agree", "disagree"), v
         assert v.test and v.n and v.p is not None and v.p < vd.ALPHA, v
+
+
+# ------------------------------------------------------------------------------------------
+# Issue 62: the paper's methods decide, other arms beside; every difference has a direction
+# ------------------------------------------------------------------------------------------
+def test_an_arm_the_paper_does_not_have_never_decides_the_other_methods_claim() -> None:
+    # MargE and LaMBO-2 below the paper's other methods; our prior arm and local search below
+    # both, 6 seeds each (p = 2 / C(12, 6) = 0.0022, below Bonferroni's 0.05 / 10 over every
+    # method's pairs: so the old rule, taken over every method, disagrees)
+    data = summary(
+        MargE=rep(0.5, 6),
+        LaMBO=rep(0.5, 6),
+        GA=rep(0.9, 6),
+        SFT=rep(0.9, 6),
+        DPO=rep(0.9, 6),
+        **{"LLOME-MargE-prior": rep(0.2, 6), "local search": rep(0.2, 6)},
+    )
+    v = vd.solver_medium_pair_outperforms("f2", data, 4)
+    assert v.verdict == "agree", v.reason
+    assert v.methods == ("LLOME-MargE", "LaMBO-2", "GA", "LLOME-DPO", "LLOME-SFT")
+    assert v.beside == ("LLOME-MargE-prior", "local search")
+    # the arms are compared and shown, after the deciding pairs
+    deciding, aside = v.reason.split("Beside the claim", 1)
+    assert "LLOME-MargE-prior" not in deciding and "Bonferroni over 6 pairs" in deciding
+    assert "LLOME-MargE-prior lower by 0.300 (1.5 levels)" in aside
+    # taken among every method (the rule before issue 62), the prior arm decides: disagree
+    everything = vd.rules.beats("c", data, ("LLOME-MargE", "LaMBO-2"), 4)
+    assert everything.verdict == "disagree" and everything.beside == ()
+    best = vd.solver_best("f2", "LLOME-MargE", data, 4)
+    assert best.verdict == "inconclusive" and best.beside == ("LLOME-MargE-prior", "local search")
+
+
+def test_the_paper_methods_are_the_plans_paper_methods() -> None:
+    from llome_jax.bench.plan import EXTRA_METHODS, F2_METHODS, METHODS
+
+    assert set(vd.PAPER_METHODS) == set(METHODS) | set(EXTRA_METHODS)
+    assert not set(vd.PAPER_METHODS) & set(F2_METHODS)
+
+
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [
+        ([0.5] * 4, [0.7] * 4, "A lower by 0.200 (1.6 levels)"),  # a level at 0.5: 0.125
+        ([0.7] * 4, [0.5] * 4, "B lower by 0.200 (1.6 levels)"),
+        ([0.789] * 4, [0.8125] * 4, "A lower by 0.023, within a level"),  # a level 0.053
+        ([0.789] * 4, [0.789] * 4, "equal"),
+    ],
+)
+def test_a_pair_says_which_side_is_lower_and_by_how_much(a, b, expected) -> None:
+    pair = vd.rules.compare_pair("A", a, "B", b, 4)
+    assert pair.direction() == expected and expected in pair.text()
+
+
+def test_a_likeness_disagreement_says_who_is_ahead_and_where() -> None:
+    # small MargE ahead of LaMBO-2 early (0.883 vs 0.938 at 2,000), level with it later
+    early = summary(MargE=[0.859, 0.875, 0.883, 0.883, 0.89, 0.9], LaMBO=rep(0.9375, 6))
+    level = summary(MargE=rep(0.789, 6), LaMBO=rep(0.789, 6))
+    points = [(2000, early), *((after, level) for after in range(4000, 12_001, 2000))]
+    v = vd.model_size_comparable("LaMBO-2", points, 4, 20_000)
+    assert v.verdict == "disagree", v.reason
+    assert v.reason.startswith("apart, decided by: at 2000: LLOME-MargE below LaMBO-2 by 0.054")
+    assert "at 4000" not in v.reason.split(";")[0]

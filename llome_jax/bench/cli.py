@@ -208,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
             return 0  # a helper (the first process writes the report), or --no-report
     from llome_jax.bench import report
 
-    report.write_report(out, args.scale, scale, report_plan, figures, total, archive=archive)
+    report.write_report(out, args.scale, scale, report_plan, figures, total, archive)
     print(f"wrote {out / 'report.md'}")
     return 0
 

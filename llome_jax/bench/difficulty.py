@@ -20,7 +20,7 @@ import numpy as np
 from llome_jax import ehrlich, ga, ga_loop
 from llome_jax.bench.plan import Scale
 
-__all__ = ["REFERENCE", "VARIATIONS", "run_difficulty", "run_setting"]
+__all__ = ["REFERENCE", "VARIATIONS", "run_difficulty", "run_setting", "sweep_settings"]
 
 REFERENCE = ehrlich.EhrlichConfig(
     num_states=32, dim=32, num_motifs=2, motif_length=4, quantization=4
@@ -52,14 +52,43 @@ def run_setting(config: ehrlich.EhrlichConfig, seeds: list[int], generations: in
     return np.asarray(trace.best_value)
 
 
+def sweep_settings(scale: Scale) -> dict[str, object]:
+    """What a sweep's ``curves.csv`` was made with (``settings.json`` beside it): the seeds,
+    the generations, the reference configuration, the variations and the GA's settings."""
+    return {
+        "seeds": list(range(scale.difficulty_seeds)),
+        "generations": scale.difficulty_generations,
+        "reference": REFERENCE.name,
+        "variations": {symbol: [field, values] for symbol, (field, values) in VARIATIONS.items()},
+        "ga": dataclasses.asdict(ga.GAConfig()),
+    }
+
+
 def run_difficulty(scale: Scale, path: pathlib.Path) -> str:
     """The GA difficulty sweep of the paper driver (figure 10) into ``path/curves.csv``, at the
-    scale's generations and seeds; skipped when it exists (each setting is a few seconds at
-    smoke scale, minutes at cpu scale, so the sweep restarts as a whole)."""
+    scale's generations and seeds, with ``path/settings.json`` (:func:`sweep_settings`).
+    Skipped (``"skipped"``) when both exist and the settings are the scale's; re-run whole
+    (``"re-run: ..."``, naming what changed) when they differ or a sweep from before
+    ``settings.json`` has none; each setting is a few seconds at smoke scale, under a minute at
+    cpu scale, so the sweep restarts as a whole. Returns ``"new"`` for a first sweep."""
+    import json
+
     from llome_jax.bench.results import write_csv
 
+    wanted = sweep_settings(scale)
+    settings = path / "settings.json"
+    how = "new"
     if (path / "curves.csv").exists():
-        return "skipped"
+        saved = json.loads(settings.read_text()) if settings.exists() else None
+        if saved == wanted:
+            return "skipped"
+        if saved is None:
+            how = "re-run: the sweep recorded no settings"
+        else:
+            changed = sorted(k for k in wanted if saved.get(k) != wanted[k])
+            how = "re-run: " + ", ".join(
+                f"{k} {_short(saved.get(k))} -> {_short(wanted[k])}" for k in changed
+            )
     path.mkdir(parents=True, exist_ok=True)
     seeds = list(range(scale.difficulty_seeds))
     rows, cache = [], {}
@@ -80,5 +109,13 @@ def run_difficulty(scale: Scale, path: pathlib.Path) -> str:
     header = ["parameter", "value", "config", "seed", "generation", "num_evaluations", "min_regret"]
     partial = path / "curves.partial.csv"
     write_csv(partial, header, rows)
+    settings.write_text(json.dumps(wanted, indent=1, sort_keys=True) + "\n")
     partial.replace(path / "curves.csv")
-    return "new"
+    return how
+
+
+def _short(value: object) -> str:
+    """A setting's value in a message: a run of seeds as ``0-7``."""
+    if isinstance(value, list) and value and value == list(range(value[0], value[0] + len(value))):
+        return f"{value[0]}-{value[-1]}" if len(value) > 1 else str(value[0])
+    return str(value)

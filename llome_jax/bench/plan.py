@@ -208,7 +208,7 @@ SCALES: dict[str, Scale] = {
         reduced=(),
         sft_rounds=(1, 3, 5, 7, 10),
         difficulty_generations=2000,
-        difficulty_seeds=4,
+        difficulty_seeds=8,
         seconds=(
             (("ga", 32), (15.0, 2.0)),
             (("ga", 128), (30.0, 4.0)),
@@ -245,7 +245,7 @@ SCALES: dict[str, Scale] = {
         reduced=(),
         sft_rounds=(1, 3, 5, 7, 10),
         difficulty_generations=2000,
-        difficulty_seeds=4,
+        difficulty_seeds=8,
         seconds=(
             (("ga", 32), (15.0, 2.0)),  # the GA and local search run on one CPU core
             (("ga", 128), (30.0, 4.0)),

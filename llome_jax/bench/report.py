@@ -111,6 +111,17 @@ def _audit_cells(audit: LabelAudit | None) -> list[str]:
     return [f"{audit.labels:,} ({audit.distinct:,})", queries]
 
 
+def _entered(verdict: vd.Verdict) -> str:
+    """Which methods decided a claim over "the other methods", and which arms were only shown
+    beside it (``""`` where the claim names its methods itself)."""
+    if not verdict.methods:
+        return ""
+    text = f" Decided over: {', '.join(verdict.methods)}"
+    if verdict.beside:
+        text += f"; beside it, not deciding: {', '.join(verdict.beside)}"
+    return text + "."
+
+
 def _embedded(out: pathlib.Path, key: str, title: str) -> list[str]:
     """The figure's PNG as a markdown image (then a blank line), so a reader of ``report.md``
     sees it; nothing when the figure wrote none."""
@@ -296,7 +307,10 @@ def write_report(
             "",
             "**Verdicts** (one per claim, `llome_jax.bench.verdicts`; with test, n and p):",
             "",
-            *(f"- {v.claim}: **{v.verdict}** ({v.reason}) [{vd.stated_test(v)}]" for v in found),
+            *(
+                f"- {v.claim}: **{v.verdict}** ({v.reason}) [{vd.stated_test(v)}]{_entered(v)}"
+                for v in found
+            ),
             "",
         ]
     counts = {k: sum(v.verdict == k for v in every) for k in vd.OUTCOMES}

@@ -164,8 +164,11 @@ def run(args: argparse.Namespace) -> int:
             )
     curves: dict[str, list] = {}
     until = max(r.evaluations[-1] for r in runs)
+    stopped: dict[str, list[tuple[float, float]]] = {}
     for r in runs:  # a run that stopped early keeps its final value, as the table reads it
         curves.setdefault(r.label, []).append(extended(r, until))
+        if r.stop_reason and r.evaluations[-1] < until:  # ... and is marked where it ended
+            stopped.setdefault(r.label, []).append((r.evaluations[-1], r.values[-1]))
     plot_regret_curves(
         curves,
         out / "compare.png",
@@ -174,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
         log_x=args.log_x,
         xlabel="labels paid after round 0" if args.after_round_0 else "labels paid",
         ylim=(-0.02, 1.02) if metric == "min_regret" else None,
+        stopped=stopped,
     )
     print(f"wrote {out}/compare.png, curves.csv, summary.csv")
     return 0

@@ -49,6 +49,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from llome_jax.moved import moved_names
+
 __all__ = [
     "PRESETS",
     "KVCache",
@@ -552,3 +554,8 @@ def cast_floats(tree: Any, dtype: str) -> Any:
         return leaf
 
     return jax.tree.map(cast, tree)
+
+
+#: Loading Hugging Face checkpoints moved to :mod:`llome_jax.lm.convert`; the old name still
+#: imports (and warns once).
+__getattr__ = moved_names(__name__, {"from_pretrained": "llome_jax.lm.convert"})

@@ -10,7 +10,14 @@ import numpy as np
 from llome_jax.bench import verdicts as vd
 from llome_jax.bench.figures.plots import pyplot, save_figure
 from llome_jax.bench.plan import EXTRA_METHODS, F2_METHODS, METHODS
-from llome_jax.bench.results import CI_NOTE, Context, markdown_table, median_ci, write_csv
+from llome_jax.bench.results import (
+    CI_NOTE,
+    Context,
+    early_stops,
+    markdown_table,
+    median_ci,
+    write_csv,
+)
 from llome_jax.bench.verdicts import Verdict
 
 __all__ = ["figure_difficulty_pareto", "hypervolume"]
@@ -199,6 +206,11 @@ def figure_difficulty_pareto(ctx: Context) -> tuple[str, list[Verdict]]:
         "a function's runs), not a median; `95% CI`: its percentile bootstrap interval, runs "
         "resampled within each function (10,000 resamples, seed 0)."
     )
+    if early := early_stops(ctx, ctx.runs):
+        parts.append(
+            "Runs that stopped before the budget keep their last min regret to the end of the "
+            f"hypervolume's window ({ctx.budget} labels after round 0): {early}."
+        )
     hypervolumes = {m: on_common(m) for m in hv_by_function}
     for variant in ("LLOME-SFT", "LLOME-MargE", "LLOME-DPO"):
         verdicts.append(ctx.check(vd.pareto_llome_variant_below(variant, hypervolumes), ctx.runs))
