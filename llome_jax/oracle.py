@@ -174,6 +174,23 @@ class Oracle:
             seen.add(key)
         return len(x)
 
+    def known(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every label the run holds, in the order labelled, the public start sequence first
+        (``pay_once``): int32 ``[N, L]`` and float64 ``[N]`` (copies). The same after a resume
+        (:meth:`restore` keeps ``evaluated.csv``'s order) as in an uninterrupted run: what an
+        ask/tell optimizer sees (``llome_jax.optimizers.LabelledData``)."""
+        self._know_start()
+        keys = list(self._labels)
+        if self.pay_once:
+            start = np.asarray(self.objective.x0, np.int32).tobytes()
+            keys = [start, *(k for k in keys if k != start)] if start in self._labels else keys
+        length = int(self.objective.length)
+        if not keys:
+            return np.zeros((0, length), np.int32), np.zeros(0, np.float64)
+        x = np.frombuffer(b"".join(keys), np.int32).reshape(len(keys), length).copy()
+        v = np.fromiter((self._labels[k] for k in keys), np.float64, len(keys))
+        return x, v
+
     def is_labelled(self, x: Any) -> np.ndarray:
         """bool ``[n]``: which rows of ``x`` have a label."""
         return np.asarray([k in self._labels for k in _keys(np.asarray(x))], bool)

@@ -66,3 +66,69 @@ def test_the_f2_table_is_the_reports(page: str) -> None:
         else:
             p = stats.permutation_test(finals[method], finals["LLOME-MargE"])
             assert row["p"] == f"{p:.2g}", method
+
+
+# ------------------------------------------------------------------------------------------
+# The prose around the table: every Bonferroni count, n and p it states is the report's
+# ------------------------------------------------------------------------------------------
+P_STATED = re.compile(r"\bp = (\d\.\d+(?:e-\d+)?)(?:-(\d\.\d+))?")
+BONFERRONI = re.compile(r"Bonferroni over (\d+)")
+SIZES = re.compile(r"\b(\d+) vs (\d+)\b")
+
+
+def _f2_prose(page: str) -> str:
+    """The text that speaks about the f2 8-seed comparison: the README's f2 bullet of "What
+    holds today" (to the next heading), the results page's f2 section (to the next ``## ``)."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    start = text.index("f2 at laptop scale" if page == "README.md" else "## The f2 comparison")
+    end = text.index("\n## ", start + 1)
+    return text[start:end]
+
+
+def _report_ps() -> list[float]:
+    return [float(m[1]) for m in P_STATED.finditer((F2 / "report.md").read_text())]
+
+
+def _as_stated(value: float, stated: str) -> bool:
+    """``value`` written with as many significant digits as ``stated`` has is ``stated``."""
+    digits = len(stated.split("e")[0].replace(".", "").lstrip("0")) or 1
+    return float(f"{value:.{digits}g}") == float(stated)
+
+
+def stated_numbers_not_in_report(prose: str, report: str, ps: list[float]) -> list[str]:
+    """Every ``Bonferroni over N``, ``a vs b`` and ``p = x`` (or ``p = x-y``) of ``prose`` that
+    the report does not state (a p must be one of the report's at the precision written)."""
+    wrong = [
+        f"Bonferroni over {n}"
+        for n in BONFERRONI.findall(prose)
+        if f"Bonferroni over {n} " not in report
+    ]
+    wrong += [f"{a} vs {b}" for a, b in SIZES.findall(prose) if f"n = {a} vs {b}" not in report]
+    for m in P_STATED.finditer(prose):
+        for stated in filter(None, m.groups()):
+            if not any(_as_stated(p, stated) for p in ps):
+                wrong.append(f"p = {stated}")
+    return wrong
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/experiments.md"])
+def test_the_f2_prose_states_only_the_reports_counts_and_ps(page: str) -> None:
+    prose = _f2_prose(page)
+    report = (F2 / "report.md").read_text()
+    assert P_STATED.search(prose) and BONFERRONI.search(prose)  # the check has something to read
+    assert stated_numbers_not_in_report(prose, report, _report_ps()) == []
+
+
+def test_the_prose_check_catches_a_wrong_count_size_or_p() -> None:
+    report = "disagree needs p < 0.00833 (Bonferroni over 6 pairs): n = 8 vs 8, p = 0.000777"
+    ps = [0.000777]
+    assert stated_numbers_not_in_report("Bonferroni over 6 pairs, p = 0.00078", report, ps) == []
+    assert stated_numbers_not_in_report("Bonferroni over 5 pairs", report, ps) == [
+        "Bonferroni over 5"
+    ]
+    assert stated_numbers_not_in_report("4 vs 4", report, ps) == ["4 vs 4"]
+    assert stated_numbers_not_in_report("p = 0.0008", report, ps) == []  # 0.000777 to 1 digit
+    assert stated_numbers_not_in_report("p = 0.00079-0.5", report, ps) == [
+        "p = 0.00079",
+        "p = 0.5",
+    ]

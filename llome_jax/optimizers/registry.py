@@ -1,0 +1,230 @@
+"""The optimizers by name: one registry that the contract tests and the tools loop over.
+
+Three sources, in this order of precedence (a later one cannot shadow an earlier name):
+
+1. the built-ins: ``ga``, ``llome``, ``lambo2`` (the round-driver plug-ins) and ``local_search``
+   (:class:`~llome_jax.optimizers.LocalSearch`);
+2. :func:`register` (a session's own, e.g. in a test or a notebook);
+3. installed packages, through the entry-point group ``llome_jax.optimizers`` (the ecosystem's
+   way, as pytest and pip plug-ins are found): in a package's ``pyproject.toml``::
+
+       [project.entry-points."llome_jax.optimizers"]
+       hill_climber = "my_package.hill:HillClimber"
+
+and, for a file of one's own, ``"module:attr"`` or ``"path/to/file.py:attr"`` wherever a name is
+taken (:func:`get`).
+
+An entry names an :class:`~llome_jax.optimizers.AskTellOptimizer` subclass (or any class with
+the same four attributes): ``name``, ``config_class`` (its frozen configuration), the
+constructor ``(cfg, objective=None)`` and ``test_config(**overrides)`` (a configuration of a few
+seconds, which the contract tests run). :func:`run` runs one into a run directory through
+:func:`llome_jax.runner.run`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.metadata
+import importlib.util
+import pathlib
+import sys
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["BUILTINS", "ENTRY_POINT_GROUP", "OptimizerEntry", "get", "names", "register", "run"]
+
+#: the entry-point group installed packages register their optimizers under
+ENTRY_POINT_GROUP = "llome_jax.optimizers"
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerEntry:
+    """One registered optimizer.
+
+    Attributes:
+      name: its registry name (``config.json``'s ``"optimizer"``).
+      make: ``(cfg, objective=None) -> plug-in`` for :func:`llome_jax.runner.run`.
+      config_class: its configuration dataclass.
+      test_config: ``(**overrides) -> cfg``, a configuration of a few seconds (the contract
+        tests run it, so that a registered optimizer is held to the contract with no test
+        edited).
+      source: where it came from (``"built-in"``, ``"register"``, the entry point's value or
+        ``module:attr``).
+    """
+
+    name: str
+    make: Callable[..., Any]
+    config_class: type
+    test_config: Callable[..., Any]
+    source: str = "built-in"
+
+
+def _ga_test_config(**overrides: Any) -> Any:
+    from llome_jax import ga
+    from llome_jax.ga_optimizer import GARunConfig
+
+    small = GARunConfig(
+        function="Ehr(8,8)-2-2-2",
+        instance_seed=1,
+        seed=3,
+        rounds=2,
+        initial_generations=3,
+        generations_per_round=1,
+        ga=ga.GAConfig(num_particles=32, mutation_prob=0.05),
+    )
+    return small.replace(**overrides)
+
+
+def _llome_test_config(**overrides: Any) -> Any:
+    from llome_jax.llome import presets
+
+    small = presets.preset("smoke", rounds=2, model_overrides=(("num_hidden_layers", 2),))
+    return small.replace(**overrides)
+
+
+def _lambo2_test_config(**overrides: Any) -> Any:
+    from llome_jax import lambo2
+
+    small = lambo2.preset(
+        "smoke",
+        rounds=2,
+        num_samples=16,
+        ga_particles=32,
+        model_overrides=(("ensemble_size", 1), ("num_blocks", 1)),
+        **{"train.epochs": 1, "design.num_steps": 1, "design.guidance_updates": 1},
+    )
+    return small.replace(**overrides)
+
+
+def _builtin(name: str) -> OptimizerEntry:
+    """A built-in, imported on first use (``--help`` never pays for LLOME's imports)."""
+    if name == "ga":
+        from llome_jax.ga_optimizer import GARunConfig, GeneticAlgorithm
+
+        return OptimizerEntry(name, GeneticAlgorithm, GARunConfig, _ga_test_config)
+    if name == "llome":
+        from llome_jax.llome.config import LoopConfig
+        from llome_jax.llome.loop import Llome
+
+        def make(cfg: Any, objective: Any = None) -> Any:
+            return Llome(cfg, objective=objective)
+
+        return OptimizerEntry(name, make, LoopConfig, _llome_test_config)
+    if name == "lambo2":
+        from llome_jax.lambo2.optimizer import Lambo2, Lambo2Config
+
+        return OptimizerEntry(name, Lambo2, Lambo2Config, _lambo2_test_config)
+    from llome_jax.optimizers.local_search import LocalSearch
+
+    return _entry(LocalSearch, "built-in")
+
+
+#: the built-in optimizers' names
+BUILTINS = ("ga", "llome", "lambo2", "local_search")
+_REGISTERED: dict[str, OptimizerEntry] = {}
+
+
+def _entry(obj: Any, source: str) -> OptimizerEntry:
+    """An :class:`OptimizerEntry` from a class with ``name``, ``config_class`` and
+    ``test_config`` (or an entry itself).
+
+    Raises:
+      ValueError: ``obj`` lacks one of them.
+    """
+    if isinstance(obj, OptimizerEntry):
+        return dataclasses.replace(obj, source=source)
+    missing = [a for a in ("name", "config_class", "test_config") if not hasattr(obj, a)]
+    if missing or not getattr(obj, "name", ""):
+        raise ValueError(
+            f"{source}: {obj!r} is not an optimizer (it needs a non-empty name, config_class and "
+            f"test_config; subclass llome_jax.optimizers.AskTellOptimizer); missing: "
+            f"{', '.join(missing) or 'name'}"
+        )
+    return OptimizerEntry(obj.name, obj, obj.config_class, obj.test_config, source)
+
+
+def register(optimizer: Any) -> OptimizerEntry:
+    """Register ``optimizer`` (a class as :func:`_entry` takes, or an :class:`OptimizerEntry`)
+    under its ``name`` for this process.
+
+    Raises:
+      ValueError: not an optimizer, or the name is a built-in's.
+    """
+    entry = _entry(optimizer, "register")
+    if entry.name in BUILTINS:
+        raise ValueError(f"{entry.name!r} is a built-in optimizer's name; choose another")
+    _REGISTERED[entry.name] = entry
+    return entry
+
+
+def _entry_points() -> dict[str, Any]:
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def names() -> list[str]:
+    """Every registered name: the built-ins, then :func:`register`'s, then the installed
+    packages' (each once, in that order)."""
+    out = list(BUILTINS)
+    for name in [*_REGISTERED, *_entry_points()]:
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def _load_attr(spec: str) -> Any:
+    """``"module:attr"`` or ``"path/to/file.py:attr"`` -> the object."""
+    where, _, attr = spec.rpartition(":")
+    if not where or not attr:
+        raise ValueError(f"{spec!r} is neither a registered optimizer nor 'module:attr'")
+    if where.endswith(".py"):
+        path = pathlib.Path(where)
+        if not path.is_file():
+            raise ValueError(f"{spec!r}: no file {where}")
+        name = f"_llome_jax_optimizer_{path.stem}"
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module
+        module_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    if not hasattr(module, attr):
+        raise ValueError(f"{spec!r}: {where} has no attribute {attr!r}")
+    return getattr(module, attr)
+
+
+def get(name: str) -> OptimizerEntry:
+    """The optimizer ``name``: a registered name or ``"module:attr"`` / ``"file.py:attr"``.
+
+    Raises:
+      ValueError: an unknown name (the message lists the registered ones), or what ``module:
+        attr`` names is not an optimizer.
+    """
+    if name in BUILTINS:
+        return _builtin(name)
+    if name in _REGISTERED:
+        return _REGISTERED[name]
+    points = _entry_points()
+    if name in points:
+        return _entry(points[name].load(), points[name].value)
+    if ":" in name:
+        return _entry(_load_attr(name), name)
+    raise ValueError(f"unknown optimizer {name!r}; registered: {', '.join(names())}")
+
+
+def run(
+    optimizer: str | OptimizerEntry,
+    cfg: Any,
+    out: str | pathlib.Path,
+    *,
+    objective: Any = None,
+    **options: Any,
+) -> Any:
+    """Run (or resume, ``resume=True``) a registered optimizer with configuration ``cfg`` into
+    the run directory ``out``: :func:`llome_jax.runner.run` (its ``options``: ``budget``,
+    ``resume``, ``progress``, ``max_rounds_this_call``, ``trackers``, ...) on ``objective`` if
+    given, else ``cfg.function``."""
+    from llome_jax.runner import run as run_rounds
+
+    entry = get(optimizer) if isinstance(optimizer, str) else optimizer
+    return run_rounds(entry.make(cfg, objective), out, **options)
