@@ -367,7 +367,7 @@ class AskTellOptimizer(RoundOptimizerBase):
         small = {
             "function": "Ehr(8,8)-2-2-2",
             "instance_seed": 1,
-            "seed": 3,
+            "seed": 0,
             "rounds": 2,
             "labels_per_round": 16,
             "round0_generations": 3,
