@@ -18,7 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 F2 = ROOT / "docs" / "paper" / "f2"
 ROW = re.compile(
     r"^\| (?P<method>[^|]+?) \| (?P<median>\d\.\d{3}) "
-    r"\((?P<low>\d\.\d{3})-(?P<high>\d\.\d{3})\) \| (?P<p>[^|]*?) \|$"
+    r"\((?P<low>\d\.\d{3})-(?P<high>\d\.\d{3})\) \| (?P<labels>[^|]+?) \| (?P<p>[^|]*?) \|$"
 )
 
 
@@ -61,6 +61,13 @@ def test_the_f2_table_is_the_reports(page: str) -> None:
             ("high", "median_ci95_high"),
         ):
             assert row[mine] == f"{float(s[theirs]):.3f}", (method, mine)
+        # the labels actually paid, and a run that stopped early said so
+        read, stopped, seeds = int(s["labels_read"]), int(s["stopped_early"]), int(s["seeds"])
+        if stopped:
+            everyone = "all" if stopped == seeds else f"{stopped} of"
+            assert row["labels"] == f"{read:,}: {everyone} {seeds} runs stopped early", method
+        else:
+            assert row["labels"] == f"{read:,}", method
         if method == "LLOME-MargE":
             assert row["p"] == ""
         else:
@@ -85,17 +92,29 @@ def _f2_prose(page: str) -> str:
     return text[start:end]
 
 
-def _report_ps() -> list[float]:
-    return [float(m[1]) for m in P_STATED.finditer((F2 / "report.md").read_text())]
+def _unit(text: str) -> float:
+    """Half a unit of the last digit written: ``"0.00078"`` -> 5e-6."""
+    mantissa, _, exponent = text.partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    return 0.5 * 10.0 ** (-decimals + int(exponent or 0))
 
 
-def _as_stated(value: float, stated: str) -> bool:
-    """``value`` written with as many significant digits as ``stated`` has is ``stated``."""
-    digits = len(stated.split("e")[0].replace(".", "").lstrip("0")) or 1
-    return float(f"{value:.{digits}g}") == float(stated)
+def _report_ps() -> list[tuple[float, float]]:
+    """Every ``p = x`` of the report: ``(x, half a unit of its last digit)``."""
+    text = (F2 / "report.md").read_text()
+    return [(float(m[1]), _unit(m[1])) for m in P_STATED.finditer(text)]
 
 
-def stated_numbers_not_in_report(prose: str, report: str, ps: list[float]) -> list[str]:
+def _as_stated(value: tuple[float, float], stated: str) -> bool:
+    """A p the report writes as ``value`` (with its rounding) is ``stated``, rounded the way
+    ``stated`` is written (each within half a unit of its own last digit)."""
+    p, rounding = value
+    return abs(p - float(stated)) <= rounding + _unit(stated) + 1e-15
+
+
+def stated_numbers_not_in_report(
+    prose: str, report: str, ps: list[tuple[float, float]]
+) -> list[str]:
     """Every ``Bonferroni over N``, ``a vs b`` and ``p = x`` (or ``p = x-y``) of ``prose`` that
     the report does not state (a p must be one of the report's at the precision written)."""
     wrong = [
@@ -121,7 +140,7 @@ def test_the_f2_prose_states_only_the_reports_counts_and_ps(page: str) -> None:
 
 def test_the_prose_check_catches_a_wrong_count_size_or_p() -> None:
     report = "disagree needs p < 0.00833 (Bonferroni over 6 pairs): n = 8 vs 8, p = 0.000777"
-    ps = [0.000777]
+    ps = [(0.000777, 5e-7)]
     assert stated_numbers_not_in_report("Bonferroni over 6 pairs, p = 0.00078", report, ps) == []
     assert stated_numbers_not_in_report("Bonferroni over 5 pairs", report, ps) == [
         "Bonferroni over 5"
@@ -132,3 +151,21 @@ def test_the_prose_check_catches_a_wrong_count_size_or_p() -> None:
         "p = 0.00079",
         "p = 0.5",
     ]
+
+
+def test_the_committed_f2_report_redraws_from_its_own_files(tmp_path: pathlib.Path) -> None:
+    """``llome-jax paper --report-only --archive docs/paper/f2`` with no run directory at all
+    writes the committed figures 1, 2 and 9 byte for byte (their CSVs, curves.csv, steps.csv)
+    and the same verdict lines: the report's numbers come from the committed files alone."""
+    from llome_jax.bench import cli
+
+    argv = ["--scale", "cpu", "--out", str(tmp_path), "--only", "1,2,9", "--functions", "f2"]
+    assert cli.main([*argv, "--report-only", "--archive", str(F2), "--no-progress"]) == 0
+    for name in ("solver", "diversity", "model_size", "curves", "steps"):
+        assert (tmp_path / f"{name}.csv").read_bytes() == (F2 / f"{name}.csv").read_bytes(), name
+
+    def verdicts(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith("- ")]
+
+    mine = verdicts((tmp_path / "report.md").read_text())
+    assert len(mine) == 11 and mine == verdicts((F2 / "report.md").read_text())[: len(mine)]

@@ -333,9 +333,11 @@ def write_report(
         *(
             [
                 f"{len(archived)} of the {len(plan)} planned runs are read from the committed "
-                f"`{archive}` (`curves.csv`, `diversity.csv`: round by round; their run "
-                "directories are not here, so their label audit and stop reason are not "
-                "re-read); the others from their run directories under `runs/`.",
+                f"`{archive}` (`curves.csv`, `diversity.csv`, and `steps.csv` where it holds "
+                "them; their run directories are not here): a run without `steps.csv` points "
+                "is read round by round, so a reading between two of its rounds (figure 9's) "
+                "is its earlier round's, and its label audit and stop reason are those of the "
+                "report that made it; the others from their run directories under `runs/`.",
                 "",
             ]
             if archived
