@@ -50,3 +50,37 @@ def test_the_own_objective_example_prints_what_the_page_shows(tmp_path: pathlib.
         # the budget is spent exactly unless the run stopped first (the optimum, or LLOME's
         # candidates ran out), which it then says
         assert int(paid) == 64 or (stopped is not None and int(paid) < 64)
+
+
+OWN_OPTIMIZER = ROOT / "docs" / "howto" / "own-optimizer.md"
+
+
+def _own_optimizer_example() -> tuple[str, str]:
+    """The page's hill-climber block and the line it shows as the output."""
+    section = OWN_OPTIMIZER.read_text()
+    section = section[section.index("## A hill climber in one block") :]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    shown = section.split("It prints\n\n```\n", 1)[1].split("```", 1)[0]
+    return code, shown.strip()
+
+
+def test_the_own_optimizer_example_runs_as_shown_and_keeps_the_contract(
+    tmp_path: pathlib.Path,
+) -> None:
+    from llome_jax.optimizers import contract
+
+    code, shown = _own_optimizer_example()
+    assert len(code.strip().splitlines()) <= 80
+    (tmp_path / "my_optimizer.py").write_text(code)
+    result = subprocess.run(
+        [sys.executable, "my_optimizer.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    assert result.stdout.strip() == shown
+    assert (tmp_path / "runs" / "my_optimizer" / "evaluated.csv").is_file()
+    # registered by path, it passes every check of the registry's contract tests
+    contract.check_all(f"{tmp_path / 'my_optimizer.py'}:HillClimber", tmp_path / "checks")

@@ -161,11 +161,17 @@ def test_the_committed_f2_report_redraws_from_its_own_files(tmp_path: pathlib.Pa
 
     argv = ["--scale", "cpu", "--out", str(tmp_path), "--only", "1,2,9", "--functions", "f2"]
     assert cli.main([*argv, "--report-only", "--archive", str(F2), "--no-progress"]) == 0
-    for name in ("solver", "diversity", "model_size", "curves", "steps"):
+    for name in ("solver", "diversity", "model_size", "curves", "steps", "runs"):
         assert (tmp_path / f"{name}.csv").read_bytes() == (F2 / f"{name}.csv").read_bytes(), name
 
     def verdicts(text: str) -> list[str]:
         return [line for line in text.splitlines() if line.startswith("- ")]
 
-    mine = verdicts((tmp_path / "report.md").read_text())
-    assert len(mine) == 11 and mine == verdicts((F2 / "report.md").read_text())[: len(mine)]
+    drawn, committed = (tmp_path / "report.md").read_text(), (F2 / "report.md").read_text()
+    mine = verdicts(drawn)
+    assert len(mine) == 11 and mine == verdicts(committed)[: len(mine)]
+    # figures 1, 2 and 9 whole: tables, notes, the equal-label readings of stopped runs
+    start = "## 1. Solver regret comparison"
+    assert drawn[drawn.index(start) : drawn.index("## Runs")] == committed[
+        committed.index(start) : committed.index("## 10. ")
+    ]

@@ -273,7 +273,8 @@ def test_tiny_plan_runs_resumes_skips_and_redraws(
     assert row["method"] == "GA" and row["function"] == "f2"
     assert float(row["median_min_regret"]) == pytest.approx(expected)
     paid = rounds[-1]["num_evaluations"] - rounds[0]["num_evaluations"]
-    assert int(row["median_labels_paid"]) == min(paid, int(row["labels_after_round_0"]))
+    assert int(row["labels_read"]) == min(paid, int(row["labels_after_round_0"]))
+    assert int(row["stopped_early"]) == int(paid < int(row["labels_after_round_0"]))
     report = (out / "report.md").read_text()
     assert "## 1. Solver regret comparison" in report and "**Paper:**" in report
     # the GA alone: the f2 claims name methods that did not run; each claim has its own line
@@ -384,8 +385,8 @@ def test_hypervolumes_are_compared_on_the_functions_every_method_has(
     def run(method: str, function: str, regret: float):
         spec = RunSpec(method, "x", function, 0, None, ("difficulty_pareto",))
         return spec, [
-            {"num_evaluations": 10_000, "min_regret": regret},
-            {"num_evaluations": 10_000 + budget, "min_regret": regret},
+            {"round": 0, "num_evaluations": 10_000, "min_regret": regret},
+            {"round": 10, "num_evaluations": 10_000 + budget, "min_regret": regret},
         ]
 
     regrets = {"GA": 0.9, "LaMBO-2": 0.6, "LLOME-SFT": 0.5, "LLOME-MargE": 0.4, "LLOME-DPO": 0.5}

@@ -1077,6 +1077,7 @@ def test_the_paper_methods_are_the_plans_paper_methods() -> None:
     [
         ([0.5] * 4, [0.7] * 4, "A lower by 0.200 (1.6 levels)"),  # a level at 0.5: 0.125
         ([0.7] * 4, [0.5] * 4, "B lower by 0.200 (1.6 levels)"),
+        ([0.5] * 4, [0.625] * 4, "A lower by 0.125 (1.0 levels)"),  # exactly one level
         ([0.789] * 4, [0.8125] * 4, "A lower by 0.023, within a level"),  # a level 0.053
         ([0.789] * 4, [0.789] * 4, "equal"),
     ],
@@ -1095,3 +1096,11 @@ def test_a_likeness_disagreement_says_who_is_ahead_and_where() -> None:
     assert v.verdict == "disagree", v.reason
     assert v.reason.startswith("apart, decided by: at 2000: LLOME-MargE below LaMBO-2 by 0.054")
     assert "at 4000" not in v.reason.split(";")[0]
+
+
+def test_an_arm_the_paper_does_not_have_does_not_decide_the_half_quantised_claim() -> None:
+    data = summary(
+        MargE=rep(0.5, 6), LaMBO=rep(0.9, 6), GA=rep(0.9, 6), **{"local search": rep(0.2, 6)}
+    )
+    v = vd.half_quant_marge_best(data, {"LLOME-MargE": 10}, 4)
+    assert v.verdict == "agree" and v.beside == ("local search",), v.reason

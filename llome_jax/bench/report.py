@@ -252,11 +252,19 @@ def write_report(
             old = stored[spec.name]
             archived[spec] = old
             state = old.state
-            status.append([spec.name, spec.method, len(old.records) - 1, f"{state} (archived)", ""])
+            status.append(
+                [
+                    spec.name,
+                    spec.method,
+                    len(old.records) - 1,
+                    f"{state} (archived)",
+                    old.stop_reason,
+                ]
+            )
             curves.append((spec, state, old.accounting, old.records))
             if state == "finished":
                 runs[spec] = old.records
-                stop_reasons[spec] = ""
+                stop_reasons[spec] = old.stop_reason
                 accountings[spec] = old.accounting
             continue
         done = (
@@ -279,6 +287,14 @@ def write_report(
     ctx = Context(out, scale, scale_name, plan, runs, stop_reasons, accountings, archived)
     write_curves(out, curves)
     write_steps(out, curves, archived)
+    write_csv(
+        out / "runs.csv",
+        ["run", "method", "rounds", "state", "stop_reason"],
+        [
+            [name, method, rounds, state.split(" ")[0], why]
+            for name, method, rounds, state, why in status
+        ],
+    )
     seeds = seeds_line(plan)
     sections, table, every = [], [], []
     for key in figures:
@@ -328,7 +344,7 @@ def write_report(
         "",
         "Every run's curve, round by round (labels paid, min regret, constraint queries): "
         "`curves.csv`; at label resolution (each label that lowered the min regret): "
-        "`steps.csv`.",
+        "`steps.csv`; each run's state and stop reason: `runs.csv`.",
         "",
         *(
             [

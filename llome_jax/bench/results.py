@@ -81,12 +81,15 @@ class ArchivedRun:
     #: ``(labels, min_regret)`` at label resolution (``steps.csv``, :func:`regret_curves`'s
     #: curve when the run directory was there); ``None`` where the archive has none
     steps: tuple[list[int], list[float]] | None = None
+    #: why the run ended early (``runs.csv``; ``""``: it did not, or the archive does not say)
+    stop_reason: str = ""
 
 
 def read_archive(folder: pathlib.Path) -> dict[str, ArchivedRun]:
     """Run name -> :class:`ArchivedRun` from a report folder's ``curves.csv`` (and its
     ``diversity.csv`` where there is one: f2's runs, keyed ``f2/<method>_seed<seed>``; its
-    ``steps.csv``, the curves at label resolution, where there is one).
+    ``steps.csv``, the curves at label resolution, and ``runs.csv``, the stop reasons, where
+    there are).
 
     Raises:
       ValueError: the folder has no ``curves.csv``.
@@ -136,6 +139,10 @@ def read_archive(folder: pathlib.Path) -> dict[str, ArchivedRun]:
                 x, y = steps.setdefault(row["run"], ([], []))
                 x.append(int(row["labels"]))
                 y.append(float(row["min_regret"]))
+    reasons: dict[str, str] = {}
+    if (folder / "runs.csv").is_file():
+        with open(folder / "runs.csv", newline="") as stream:
+            reasons = {row["run"]: row["stop_reason"] for row in csv.DictReader(stream)}
     return {
         name: ArchivedRun(
             run["state"],
@@ -144,6 +151,7 @@ def read_archive(folder: pathlib.Path) -> dict[str, ArchivedRun]:
             diversity.get(name),
             measured.get(name, ""),
             steps.get(name),
+            reasons.get(name, ""),
         )
         for name, run in runs.items()
     }

@@ -244,18 +244,24 @@ def get(name: str) -> OptimizerEntry:
 
 
 def run(
-    optimizer: str | OptimizerEntry,
+    optimizer: Any,
     cfg: Any,
     out: str | pathlib.Path,
     *,
     objective: Any = None,
     **options: Any,
 ) -> Any:
-    """Run (or resume, ``resume=True``) a registered optimizer with configuration ``cfg`` into
-    the run directory ``out``: :func:`llome_jax.runner.run` (its ``options``: ``budget``,
-    ``resume``, ``progress``, ``max_rounds_this_call``, ``trackers``, ...) on ``objective`` if
-    given, else ``cfg.function``."""
+    """Run (or resume, ``resume=True``) an optimizer with configuration ``cfg`` into the run
+    directory ``out``: :func:`llome_jax.runner.run` (its ``options``: ``budget``, ``resume``,
+    ``progress``, ``max_rounds_this_call``, ``trackers``, ...) on ``objective`` if given, else
+    ``cfg.function``. ``optimizer``: a registered name or ``module:attr`` (:func:`get`), an
+    :class:`OptimizerEntry`, or an optimizer class itself (registered or not)."""
     from llome_jax.runner import run as run_rounds
 
-    entry = get(optimizer) if isinstance(optimizer, str) else optimizer
+    if isinstance(optimizer, str):
+        entry = get(optimizer)
+    elif isinstance(optimizer, OptimizerEntry):
+        entry = optimizer
+    else:
+        entry = _entry(optimizer, getattr(optimizer, "__qualname__", repr(optimizer)))
     return run_rounds(entry.make(cfg, objective), out, **options)
