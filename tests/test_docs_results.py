@@ -172,6 +172,7 @@ def test_the_committed_f2_report_redraws_from_its_own_files(tmp_path: pathlib.Pa
     assert len(mine) == 11 and mine == verdicts(committed)[: len(mine)]
     # figures 1, 2 and 9 whole: tables, notes, the equal-label readings of stopped runs
     start = "## 1. Solver regret comparison"
-    assert drawn[drawn.index(start) : drawn.index("## Runs")] == committed[
-        committed.index(start) : committed.index("## 10. ")
-    ]
+    assert (
+        drawn[drawn.index(start) : drawn.index("## Runs")]
+        == committed[committed.index(start) : committed.index("## 10. ")]
+    )

@@ -104,3 +104,31 @@ def test_a_run_directory_run_pays_exactly_its_budget_after_the_shared_round0(tmp
     assert len(rows) == calls + 2500 and len(set(rows)) == len(rows)
     config = json.loads((result.path / "config.json").read_text())
     assert config["budget"] == 2500 and config["method"] == "local search"
+
+
+def test_the_plugin_repeats_the_committed_f2_local_search_run(tmp_path) -> None:
+    """Seed 5 of the f2 comparison (the start sequence is row 1 of its round-0 archive, not row
+    0), re-made through the ask/tell plug-in as the paper driver runs it now: the same labels
+    each round and the same curve as ``docs/paper/f2/curves.csv``, and the same
+    ``evaluated.csv`` as the function that made the committed runs."""
+    import csv
+    import json
+
+    from llome_jax.bench import execution
+    from llome_jax.bench import local_search as before
+    from llome_jax.bench.plan import SCALES, RunSpec
+
+    spec = RunSpec("local search", "local_search", "f2", 5, None, ("solver",))
+    assert execution.run_one(spec, SCALES["cpu"], tmp_path / "plugin", progress=False) == "new"
+    records = (tmp_path / "plugin" / "rounds.jsonl").read_text().splitlines()
+    mine = [(r["round"], r["num_evaluations"], r["min_regret"]) for r in map(json.loads, records)]
+    with open(ROOT / "docs" / "paper" / "f2" / "curves.csv", newline="") as stream:
+        committed = [
+            (int(r["round"]), int(r["labels"]), float(r["min_regret"]))
+            for r in csv.DictReader(stream)
+            if r["run"] == "f2/local-search_seed5"
+        ]
+    assert len(committed) == 11 and mine == committed
+    before.run_directory_run("f2", 5, tmp_path / "before", budget=20_000)
+    evaluated = [(tmp_path / d / "evaluated.csv").read_bytes() for d in ("plugin", "before")]
+    assert evaluated[0] == evaluated[1]

@@ -166,18 +166,21 @@ def run_kind(spec: RunSpec, scale: Scale, llome_cfg: Any, path: pathlib.Path, op
         from llome_jax.lambo2 import optimizer
 
         return optimizer.run(lambo_config(spec, scale, llome_cfg), path, **options)
-    if spec.kind == "local_search":
-        from llome_jax.bench import local_search
+    if spec.kind == "local_search":  # the ask/tell plug-in, on LLOME's round 0 and j
+        from llome_jax import runner
+        from llome_jax.optimizers import LocalSearch, LocalSearchConfig
 
-        return local_search.run_directory_run(
-            spec.function,
-            spec.seed,
-            path,
-            budget=options["budget"],
-            resume=options["resume"],
-            per_round=int(llome_cfg.filter.num_selected),
-            preset_name=scale.llome_preset,
+        cfg = LocalSearchConfig(
+            function=spec.function,
+            instance_seed=llome_cfg.instance_seed,
+            seed=spec.seed,
+            rounds=scale.rounds,
+            labels_per_round=int(llome_cfg.filter.num_selected),
+            round0_generations=llome_cfg.ga_generations,
+            round0_ga=llome_cfg.ga,
+            accounting=llome_cfg.accounting,
         )
+        return runner.run(LocalSearch(cfg), path, extra_config={"method": spec.method}, **options)
     from llome_jax import ga_optimizer
 
     return ga_optimizer.run(ga_config(spec, scale, llome_cfg), path, **options)
