@@ -81,6 +81,8 @@ def lambo_config(spec: RunSpec, scale: Scale, llome_cfg: Any):
 
 
 def ga_config(spec: RunSpec, scale: Scale, llome_cfg: Any):
+    """The GA on LLOME's round 0 (its generations and GA settings) with rounds of about ``j``
+    labels: ``round(j / n)`` generations a round, enough rounds for ``rounds x j`` labels."""
     from llome_jax import ga_optimizer
 
     n, j = llome_cfg.ga.num_particles, llome_cfg.filter.num_selected

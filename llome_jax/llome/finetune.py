@@ -45,6 +45,9 @@ __all__ = [
 
 
 def optimizer_config(cfg: LoopConfig, loss: str, total_steps: int, round_index: int = 2) -> Any:
+    """The optax optimizer settings of a round of ``loss`` over ``total_steps`` steps
+    (``train_optimizer.paper_optimizer``): the preference losses' ``dpo_*`` settings, else the
+    learning rate (round 1's own where set), weight decay and warm-up."""
     from llome_jax.train_optimizer import paper_optimizer
 
     learning_rate = cfg.finetune.learning_rate
@@ -128,6 +131,8 @@ def _model_in_dtype(rt: Runtime, compute_dtype: str) -> Any:
 
 
 def loss_params(cfg: LoopConfig, loss: str) -> Any:
+    """``loss``'s ``LossParams`` with the configuration's overrides: ``kl_weight`` and
+    ``reward_beta`` for the KL-weighted losses, MargE's weight normalisation."""
     spec = loss_spec(loss)
     params = spec.params
     if cfg.finetune.kl_weight is not None and spec.kl_weighted:
