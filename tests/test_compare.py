@@ -315,3 +315,18 @@ def test_the_default_budget_keeps_early_stops_and_no_run_reads_na(tmp_path: path
     out = capsys.readouterr().out
     assert "budget: 15000 labels in all" in out and "1 run(s) that stopped early" in out
     assert "n/a" not in out.split("information contract")[0].split("|---")[1]
+
+
+@pytest.mark.parametrize(
+    ("runs", "note"),
+    [
+        ([1], "(1 run a method, 10,000 resamples, seed 0); with 1 run a method it spans"),
+        ([2, 2], "(2 runs a method, 10,000 resamples, seed 0); with 2 runs a method it spans"),
+        ([5, 3], "(3-5 runs a method, 10,000 resamples, seed 0); with 3 runs a method it spans"),
+        ([8, 8], "(8 runs a method, 10,000 resamples, seed 0)."),
+    ],
+)
+def test_the_interval_note_counts_the_runs_it_is_over(runs, note) -> None:
+    from llome_jax.commands.compare import ci_note
+
+    assert note in ci_note(runs)

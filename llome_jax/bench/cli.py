@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 
 from llome_jax.bench.plan import (
-    METHODS,
+    DEFAULT_METHODS,
     SCALES,
     RunSpec,
     Scale,
@@ -77,7 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="figures to run, by number or name, comma-separated (default all)",
     )
     parser.add_argument(
-        "--methods", default=None, help=f"methods, comma-separated (default {','.join(METHODS)})"
+        "--methods",
+        default=None,
+        help=f"methods, comma-separated (default {','.join(DEFAULT_METHODS)})",
     )
     parser.add_argument(
         "--functions",
@@ -129,7 +131,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="do not write the report after the runs (the --print-jobs commands; their last "
         "command, --report-only, writes it once)",
     )
-    parser.add_argument("--worker-tag", default="", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--worker-tag",
+        default="",
+        help="a prefix for this process's lines and the name of its compilation cache "
+        "(--workers gives each helper process its own; set it when you start workers by hand)",
+    )
     parser.add_argument("--pin-core", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-progress", action="store_true")
 

@@ -9,12 +9,20 @@ import re
 import sys
 
 NAME = "ehrlich"
-HELP = "Describe an Ehrlich function or evaluate sequences (one comma-separated sequence per line)."
+HELP = (
+    "List the paper's functions and the shipped priors, describe an Ehrlich function or "
+    "evaluate sequences (one comma-separated sequence per line)."
+)
 ORDER = 10
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="ehrlich_command", metavar="ACTION", required=True)
+    sub.add_parser(
+        "list",
+        help="the paper's functions (f1-f4 and the q < k instances) with their parameters, and "
+        "the shipped priors with the configuration each was pretrained on",
+    )
     describe = sub.add_parser(
         "describe", help="print the instance: motifs, spacings, optimum, sparsity"
     )
@@ -53,6 +61,37 @@ def _function_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="sample a new instance with this seed (0 to 2,147,483,647)",
     )
+
+
+def list_text() -> str:
+    """The paper's functions (name, Ehr name, ``v, L, c, k, q``) and the shipped priors (name,
+    configuration, instance seeds), as ``llome-jax ehrlich list`` prints them."""
+    import json as _json
+
+    from llome_jax import priors
+    from llome_jax.ehrlich import EhrlichConfig
+    from llome_jax.ehrlich.instances import PAPER_FUNCTIONS
+
+    lines = ["the paper's functions (--function NAME; any 'Ehr(v,L)-c-k-q' with --instance-seed):"]
+    for short, full in PAPER_FUNCTIONS.items():
+        c = EhrlichConfig.from_name(full)
+        name = short if short == full else f"{short} = {full}"
+        lines.append(
+            f"  {name:<24} v={c.num_states} L={c.dim} c={c.num_motifs} k={c.motif_length} "
+            f"q={c.quantization or c.motif_length}"
+        )
+    lines.append(
+        "shipped priors (llome --weights prior:NAME; instance seeds they saw are refused):"
+    )
+    for name in priors.PRIORS:
+        info = _json.loads((priors.resolve(priors.PREFIX + name) / "pretrain.json").read_text())
+        seeds = info["instance_seeds"]
+        default = " (the cpu-pretrained preset's)" if name == priors.DEFAULT else ""
+        lines.append(
+            f"  {name:<24} {info['function']}, instance seeds {seeds['first']}-{seeds['last']}"
+            f"{default}"
+        )
+    return "\n".join(lines)
 
 
 def describe_instance(fn) -> dict:
@@ -115,6 +154,9 @@ def run(args: argparse.Namespace) -> int:
 
     from llome_jax import ehrlich
 
+    if args.ehrlich_command == "list":
+        print(list_text())
+        return 0
     fn = ehrlich.resolve_function(args.function, args.instance_seed)
     if args.ehrlich_command == "describe":
         info = describe_instance(fn)

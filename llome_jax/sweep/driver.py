@@ -192,7 +192,13 @@ def write_sweep_report(
 
     total = sum(plan.seconds(name) for name in plan.names)
     report.write_report(
-        out, plan.scale_name, plan.scale, list(plan.runs), list(plan.figures), total
+        out,
+        plan.scale_name,
+        plan.scale,
+        list(plan.runs),
+        list(plan.figures),
+        total,
+        generator="llome-jax sweep",
     )
     everything = [name for name in plan.names if not finished(out, name)]
     lines = [
