@@ -84,3 +84,19 @@ def test_the_own_optimizer_example_runs_as_shown_and_keeps_the_contract(
     assert (tmp_path / "runs" / "my_optimizer" / "evaluated.csv").is_file()
     # registered by path, it passes every check of the registry's contract tests
     contract.check_all(f"{tmp_path / 'my_optimizer.py'}:HillClimber", tmp_path / "checks")
+
+
+PYTHON_PAGE = ROOT / "docs" / "howto" / "python.md"
+
+
+@pytest.mark.parametrize("section", ["## The genetic algorithm", "## A loss"])
+def test_the_python_examples_print_what_the_page_shows(section, tmp_path) -> None:
+    text = PYTHON_PAGE.read_text()
+    part = text[text.index(section) :]
+    code = part.split("```python\n", 1)[1].split("```", 1)[0]
+    shown = part.split("prints\n\n```\n", 1)[1].split("```", 1)[0].strip()
+    (tmp_path / "example.py").write_text(code)
+    result = subprocess.run(
+        [sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == shown
