@@ -387,6 +387,8 @@ def _run_rounds(
             seconds = time.perf_counter() - t0
             run_dir.log_evaluated(optimizer.round_index(state), result.sequences, result.values)
             record = _stopped(_account(result.record, oracle, queries), optimizer, state)
+            if not record["stop_reason"]:
+                record["stop_reason"] = _short_of_budget(optimizer, state, oracle, budget, round0)
             log_round({**record, "seconds": seconds})
             optimizer.plot(run_dir)
             optimizer.save(manager, state)
@@ -396,10 +398,30 @@ def _run_rounds(
                 log(_run_line(records[-1], optimizer.total_rounds(), budget, round0, start))
                 log("  " + optimizer.round_line(records[-1]))
         optimizer.plot(run_dir)
-    reason = optimizer.stop_reason(state)
+    reason = optimizer.stop_reason(state) or _short_of_budget(
+        optimizer, state, oracle, budget, round0
+    )
     if reason and progress:
         log(f"stopped early after round {optimizer.round_index(state)}: {reason}")
     return RunResult(state=state, records=records, stop_reason=reason, path=run_dir.path)
+
+
+def _short_of_budget(
+    optimizer: Any, state: Any, oracle: Any, budget: int | None, round0: int | None
+) -> str:
+    """Why a run under a budget ends before spending it: its last round reached
+    ``total_rounds()`` with labels left (``""`` otherwise), e.g. ``"its 2 rounds ended it after
+    20 of its 32 labels after round 0 (--rounds caps a budget)"``."""
+    if budget is None or oracle is None or not oracle.remaining():
+        return ""
+    if optimizer.round_index(state) < optimizer.total_rounds():
+        return ""
+    paid = int(oracle.num_paid) - int(round0 or 0)
+    rounds = optimizer.total_rounds()
+    return (
+        f"its {rounds} round{'s' if rounds != 1 else ''} ended it after {paid:,} of its "
+        f"{int(budget):,} labels after round 0 (--rounds caps a budget)"
+    )
 
 
 def _round0_labels(run_dir: Any) -> int | None:

@@ -322,3 +322,20 @@ def test_a_ga_round_cut_at_its_labels_stops_at_the_optimum_it_labelled(
     assert [r["round"] for r in records] == [0, 1]
     assert records[-1]["min_regret"] == 0.0
     assert "optimum" in records[-1]["stop_reason"] and result.stop_reason
+
+
+def test_a_run_whose_rounds_end_before_its_budget_says_so(tmp_path: pathlib.Path) -> None:
+    """Issue 67, item 2: 2 rounds of 32 labels cannot spend a budget of 1,000; the run ends
+    after 64 and its last record and result say why (it was silent before)."""
+    cfg = GA_HARD.replace(rounds=2, labels_per_round=32)
+    result = ga_run(cfg, tmp_path / "short", progress=False, budget=1000)
+    records = _records(tmp_path / "short")
+    assert records[-1]["num_evaluations"] - records[0]["num_evaluations"] == 64
+    why = (
+        "its 2 rounds ended it after 64 of its 1,000 labels after round 0 (--rounds caps a budget)"
+    )
+    assert records[-1]["stop_reason"] == result.stop_reason == why
+    assert [r["stop_reason"] for r in records[:-1]] == ["", ""]
+    # a budget it spends exactly leaves no such reason
+    ga_run(cfg, tmp_path / "exact", progress=False, budget=64)
+    assert _records(tmp_path / "exact")[-1]["stop_reason"] == ""

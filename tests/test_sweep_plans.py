@@ -307,3 +307,36 @@ def test_each_task_gets_its_own_compilation_cache_or_the_nodes(
         tasks._enable_cache(task, tmp_path)
     assert asked[0] == tmp_path / ".jax_cache" / "f2__GA_seed1"
     assert asked[1].parent == tmp_path / "node" and len(asked) == 2
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            {"overrides": {"llome": {"finetune.epoch": 4}}},
+            "overrides.llome: unknown setting 'finetune.epoch'; did you mean 'finetune.epochs'?",
+        ),
+        (
+            {"overrides": {"lambo2": {"train.epoch": 1}}},
+            "overrides.lambo2: unknown setting 'train.epoch'; did you mean 'train.epochs'?",
+        ),
+        (
+            {"presets": {"llome": "smok"}},
+            "presets.llome: unknown preset 'smok'; did you mean 'smoke'?",
+        ),
+        (
+            {"resources": {"lamboo2": {"cpus": 2}}},
+            "resources.lamboo2: not a kind, method or run of this plan; did you mean 'lambo2'?",
+        ),
+    ],
+)
+def test_a_typo_in_a_plan_is_refused_before_dry_run_prints(extra, message) -> None:
+    """Issue 67, item 3: the whole plan is validated when it is read (``--dry-run`` and the
+    sweep read it the same way), one line naming the key and the closest valid one."""
+    base = {"scale": "smoke", "functions": ["f2"], "methods": ["GA", "LLOME-MargE", "LaMBO-2"]}
+    with pytest.raises(UsageError) as refused:
+        plan_from_dict({**base, "seeds": [0], **extra})
+    assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
+    # the same plan without the typo is accepted, resources by kind, method and run name
+    ok = {"resources": {"ga": {"cpus": 1}, "LaMBO-2": {"cpus": 2}, "f2/GA_seed0": {"cpus": 1}}}
+    assert len(plan_from_dict({**base, "seeds": [0], **ok}).runs) == 3

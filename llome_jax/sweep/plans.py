@@ -33,6 +33,7 @@ import dataclasses
 import fnmatch
 import math
 import pathlib
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -332,6 +333,9 @@ def plan_from_dict(data: Mapping[str, Any]) -> SweepPlan:
         figures = parse_figures(figures_text)
         runs = build_plan(scale, parse_methods(",".join(methods) or None), figures)
         difficulty = "difficulty_pareto" in figures
+    _check_optimizer_settings(scale)
+    resources = _resources(_mapping(data, "resources", None))
+    _check_resource_keys(resources, runs)
     return SweepPlan(
         name=str(data.get("name", "plan")),
         scale_name=scale_name,
@@ -339,9 +343,69 @@ def plan_from_dict(data: Mapping[str, Any]) -> SweepPlan:
         runs=tuple(runs),
         figures=tuple(figures),
         difficulty=difficulty,
-        resources=_resources(_mapping(data, "resources", None)),
+        resources=resources,
         costs=_costs(_mapping(data, "costs", None)),
     )
+
+
+def _closest(word: str, choices: Sequence[str]) -> str:
+    """``"; did you mean 'x'?"`` for the closest of ``choices`` (difflib), or ``""``."""
+    import difflib
+
+    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {found[0]!r}?" if found else ""
+
+
+def _check_optimizer_settings(scale: Scale) -> None:
+    """Build the plan's LLOME and LaMBO-2 configurations once (presets and overrides), so that
+    an unknown preset or setting is refused before ``--dry-run`` prints or anything is submitted.
+
+    Raises:
+      UsageError: one line naming the preset or key and the closest valid one.
+    """
+    from llome_jax import configs
+    from llome_jax.lambo2 import optimizer as lambo2
+    from llome_jax.llome import presets
+
+    for label, names, name, overrides, make in (
+        ("llome", presets.PRESETS, scale.llome_preset, scale.llome_overrides, presets.preset),
+        ("lambo2", lambo2.PRESETS, scale.lambo_preset, scale.lambo_overrides, lambo2.preset),
+    ):
+        if name not in names:
+            raise UsageError(
+                f"presets.{label}: unknown preset {name!r}{_closest(name, list(names))} "
+                f"(choose from {', '.join(names)})"
+            )
+        given = dict(overrides)
+        given.pop("weights", None)  # a directory, checked when the run starts
+        try:
+            make(name, **given)
+        except (ValueError, TypeError) as error:
+            text = str(error).splitlines()[0]
+            unknown = re.search(r"unknown setting '([^']+)'", text)
+            if unknown:
+                key = unknown.group(1)
+                valid = configs.leaf_keys(make(name))
+                text = f"unknown setting {key!r}{_closest(key, valid)}"
+            raise UsageError(f"overrides.{label}: {text}") from None
+
+
+def _check_resource_keys(
+    resources: Sequence[tuple[str, Resources]], runs: Sequence[RunSpec]
+) -> None:
+    """A resources key is ``default``, a kind, a method or a run name of the plan.
+
+    Raises:
+      UsageError: naming the key and the closest valid one.
+    """
+    valid = ["default", *sorted({r.kind for r in runs}), *sorted({r.method for r in runs})]
+    names = [r.name for r in runs]
+    for key, _ in resources:
+        if key not in valid and key not in names:
+            raise UsageError(
+                f"resources.{key}: not a kind, method or run of this plan{_closest(key, valid)} "
+                f"(kinds and methods: {', '.join(valid)})"
+            )
 
 
 def _grid(
