@@ -393,18 +393,21 @@ def _check_optimizer_settings(scale: Scale) -> None:
 def _check_resource_keys(
     resources: Sequence[tuple[str, Resources]], runs: Sequence[RunSpec]
 ) -> None:
-    """A resources key is ``default``, a kind, a method or a run name of the plan.
+    """A resources key is ``default``, an optimizer kind, a method or a run name of the plan.
 
     Raises:
       UsageError: naming the key and the closest valid one.
     """
-    valid = ["default", *sorted({r.kind for r in runs}), *sorted({r.method for r in runs})]
+    from llome_jax.bench.plan import EXTRA_METHODS, F2_METHODS, METHODS
+
+    kinds = {"ga", "llome", "lambo2", "local_search", *(r.kind for r in runs)}
+    methods = {*METHODS, *EXTRA_METHODS, *F2_METHODS, *(r.method for r in runs)}
+    valid = ["default", *sorted(kinds), *sorted(methods)]
     names = [r.name for r in runs]
     for key, _ in resources:
         if key not in valid and key not in names:
             raise UsageError(
-                f"resources.{key}: not a kind, method or run of this plan{_closest(key, valid)} "
-                f"(kinds and methods: {', '.join(valid)})"
+                f"resources.{key}: not a kind, method or run of this plan{_closest(key, valid)}"
             )
 
 
