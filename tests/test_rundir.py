@@ -89,13 +89,15 @@ def test_flat_llome_config_json_reads_as_the_nested_configuration():
         (pathlib.Path(__file__).parent / "fixtures" / "llome_config_flat.json").read_text()
     )
     # the run paid every evaluation and its Filter asked free constraint queries (the
-    # behaviour before the information contract): it resumes with exactly that
+    # behaviour before the information contract), and stopped below num_seeds unique
+    # candidates (before the stop rule was sized): it resumes with exactly that
     now = preset(
         "smoke",
         seed=3,
         schedule=(("sft", 1), ("marge", 1)),
         accounting="every_evaluation",
         constraint_queries="free",
+        min_unique_rule="paper",
     )
     assert rundir._normalise(upgrade_saved_config(saved)) == rundir._normalise(
         {"optimizer": "llome", **now.to_dict(), **version}

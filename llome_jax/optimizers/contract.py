@@ -18,7 +18,7 @@ naming what broke:
 * :func:`check_budget`: ``budget=5`` ends the run at exactly 5 labels after round 0, each paid
   once, with no stop reason (or earlier, only because a label reached the optimum).
 * :func:`check_resume`: a run interrupted after one round and resumed writes the same
-  ``evaluated.csv`` and ``rounds.jsonl`` (but the seconds) as one made in one go.
+  ``evaluated.csv`` and ``rounds.jsonl`` (but the timings) as one made in one go.
 * :func:`check_config_version`: ``config.json`` records ``config_version`` = the number of the
   optimizer's migrations, and reading it back through them changes nothing.
 """
@@ -157,7 +157,11 @@ def check_resume(optimizer: str | OptimizerEntry, out: pathlib.Path) -> None:
     )
 
     def without_seconds(path: pathlib.Path) -> list[dict[str, Any]]:
-        return [{k: v for k, v in r.items() if k != "seconds"} for r in _records(path)]
+        """The records but their timings (``seconds``, ``seconds_*``, ``time_*``)."""
+        return [
+            {k: v for k, v in r.items() if not k.startswith(("seconds", "time_"))}
+            for r in _records(path)
+        ]
 
     assert without_seconds(once) == without_seconds(twice), (
         f"{entry.name}: a resumed run's rounds.jsonl differs from an uninterrupted one's"

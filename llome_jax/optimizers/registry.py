@@ -94,12 +94,13 @@ def _ga_test_config(**overrides: Any) -> Any:
 def _llome_test_config(**overrides: Any) -> Any:
     from llome_jax.llome import presets
 
-    small = presets.preset("smoke", rounds=2, model_overrides=(("num_hidden_layers", 2),))
+    # run seed 1: two rounds on the smoke function (seed 0 stops after one: no training pairs)
+    small = presets.preset("smoke", seed=1, rounds=2, model_overrides=(("num_hidden_layers", 2),))
     return small.replace(**overrides)
 
 
 def _lambo2_test_config(**overrides: Any) -> Any:
-    from llome_jax import lambo2
+    from llome_jax.lambo2 import optimizer as lambo2
 
     small = lambo2.preset(
         "smoke",
