@@ -159,16 +159,13 @@ def test_round0_rows_are_identical_for_the_ga_llome_and_lambo2(tmp_path: pathlib
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("kind", "budget", "rounds"),
-    [("ga", 600, 2), ("llome", 10, 1), ("lambo2", 5, 1)],
-    ids=["ga", "llome", "lambo2"],
-)
+@pytest.mark.parametrize(("kind", "budget", "rounds"), [("ga", 600, 2)], ids=["ga"])
 def test_a_run_ends_at_exactly_its_budget(
     kind: str, budget: int, rounds: int, tmp_path: pathlib.Path
 ) -> None:
-    """Budgets that end inside a round (GA: 200 labels or more a round, 386 in round 1;
-    LLOME's round 1 pays 16 here, LaMBO-2's 10)."""
+    """A budget that ends inside the GA's second round (200 labels or more a round, 386 in
+    round 1). Every registered optimizer, LLOME and LaMBO-2 included, is held to ``--budget``
+    by ``tests/test_registry_contract.py`` (``contract.check_budget``)."""
     _run(kind, tmp_path / kind, budget=budget)
     records = _records(tmp_path / kind)
     round0 = records[0]["num_evaluations"]

@@ -207,18 +207,8 @@ def _run(kind: str, out: pathlib.Path, objective: Objective, **overrides) -> Non
         lambo2.run(LAMBO_CFG.replace(**overrides), out, objective=objective, progress=False)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", ["ga", "llome", "lambo2"])
-def test_defaults_ask_no_constraint_query_and_pay_each_sequence_once(
-    kind: str, tmp_path: pathlib.Path
-) -> None:
-    objective, evaluate, is_feasible = _host_objective()
-    _run(kind, tmp_path / kind, objective)
-    # construction checks the public start sequence (Objective.validate); nothing else is asked
-    assert set(is_feasible.rows) == {tuple(objective.x0.tolist())}
-    records = _records(tmp_path / kind)
-    assert {r["cum_constraint_queries"] for r in records} == {0}
-    _check_paid_once(tmp_path / kind, evaluate, objective.x0)
+# Each label paid once and no constraint query under the defaults, for every registered
+# optimizer: tests/test_registry_contract.py (llome_jax.optimizers.contract.check_pays_once).
 
 
 @pytest.mark.slow
