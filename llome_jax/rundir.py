@@ -163,12 +163,19 @@ def _resumed_rounds(
     requested target (absent when either is not an integer); likewise ``"budget"``.
 
     Raises:
-      NothingToDoError: the request is below the last round ``rounds.jsonl`` holds.
+      NothingToDoError: the request is below the last round ``rounds.jsonl`` holds, or the
+        requested budget below the saved one.
     """
     out: dict[str, Any] = {}
     budget, saved_budget = config.get("budget"), saved.get("budget")
     if isinstance(budget, int) and isinstance(saved_budget, int):
-        out["budget"] = max(budget, saved_budget)  # a budget, like rounds, only grows
+        if budget < saved_budget:  # a budget, like rounds, only grows
+            raise NothingToDoError(
+                f"nothing to do: {run_dir.path} has a budget of {saved_budget:,} labels after "
+                f"round 0 (asked for {budget:,}); a budget only grows, config.json is unchanged. "
+                f"Pass --budget N with N > {saved_budget:,} to pay more."
+            )
+        out["budget"] = budget
     requested, target = config.get("rounds"), saved.get("rounds")
     if not isinstance(requested, int) or not isinstance(target, int):
         return out

@@ -401,6 +401,22 @@ def _run_rounds(
     reason = optimizer.stop_reason(state) or _short_of_budget(
         optimizer, state, oracle, budget, round0
     )
+    if resume and done_here == 0 and history:  # a resume that found nothing left to run
+        last = history[-1]
+        spent = (
+            ""
+            if round0 is None or last.get("num_evaluations") is None
+            else (f", {int(last['num_evaluations']) - round0:,} labels paid after round 0")
+        )
+        why = reason or (
+            f"its budget of {int(budget):,} labels is spent"
+            if budget is not None and oracle is not None and oracle.remaining() == 0
+            else f"it has its {optimizer.total_rounds()} rounds"
+        )
+        log(
+            f"nothing to do: {run_dir.path} already ended after round "
+            f"{optimizer.round_index(state)} ({why}){spent}"
+        )
     if reason and progress:
         log(f"stopped early after round {optimizer.round_index(state)}: {reason}")
     return RunResult(state=state, records=records, stop_reason=reason, path=run_dir.path)

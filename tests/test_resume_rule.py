@@ -90,3 +90,29 @@ def test_a_message_of_several_lines_reaches_the_user_as_one(
     assert cli.main(["compare", "x"]) == 2
     err = capsys.readouterr().err
     assert err == "llome-jax compare: error: first line second line third\n"
+
+
+def test_resuming_a_finished_run_says_so_and_a_smaller_budget_is_nothing_to_do(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Issue 67, item 7: a resume that finds nothing to run says why, with the labels paid
+    after round 0; a smaller ``--budget`` is "nothing to do" (a budget only grows) and writes
+    nothing; a smaller ``--rounds`` is not listed as a changed setting."""
+    out = tmp_path / "ga"
+    argv = ["ga", "--function", "Ehr(32,32)-4-4-4", "--instance-seed", "7"]
+    argv += ["--initial-generations", "2", "--particles", "64", "--labels-per-round", "32"]
+    assert cli.main([*argv, "--budget", "64", "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    resume = ["ga", "--resume", "--out", str(out), "--no-progress"]
+    assert cli.main(resume) == 0
+    assert (
+        f"nothing to do: {out} already ended after round 2 (its budget of 64 labels is spent), "
+        "64 labels paid after round 0" in capsys.readouterr().out
+    )
+    before = _digest(out)
+    assert cli.main([*resume, "--budget", "32"]) == 0
+    said = capsys.readouterr().out
+    assert "has a budget of 64 labels after round 0 (asked for 32); a budget only grows" in said
+    assert _digest(out) == before
+    assert cli.main([*resume, "--rounds", "1"]) == 0
+    assert "changed settings" not in capsys.readouterr().out

@@ -267,7 +267,15 @@ def apply_settings(
     settings = configs.merge(config, saved_settings, from_file, flags, assigned)
     result = config.replace(**settings) if settings else config
     if saved_settings and not getattr(args, "print_config", False):
-        changes = _changes(configs, result, saved_settings, only=RESUMABLE_SETTINGS)
+        # a target of rounds only grows: a smaller --rounds changes nothing, so it is not listed
+        grows = [
+            key
+            for key in RESUMABLE_SETTINGS
+            if not isinstance(saved_settings.get(key), int)
+            or getattr(result, key, None) is None
+            or getattr(result, key) > saved_settings[key]
+        ]
+        changes = _changes(configs, result, saved_settings, only=grows)
         if changes:  # the others are refused when the run directory is opened
             print(f"resuming {args.out} with changed settings: {changes}")
     return result

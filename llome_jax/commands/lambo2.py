@@ -117,7 +117,11 @@ def run(args: argparse.Namespace) -> int:
     )
     final = result.state.history
     best = float(final.y.max())
-    paid = len(final.y) if not result.records else result.records[-1]["num_evaluations"]
+    from llome_jax.rundir import RunDirectory
+
+    # the labels paid, as the run directory counts them (the history also holds the public
+    # start sequence, which is not paid)
+    paid = RunDirectory(result.path).rounds()[-1]["num_evaluations"]
     optimum = 1.0 if objective is None else objective.optimal_value
     regret = "" if optimum is None else f" (regret {optimum - best:.4f})"
     print(
