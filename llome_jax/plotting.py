@@ -23,7 +23,7 @@ import numpy as np
 
 from llome_jax.compare import method_label, problem_text
 
-__all__ = ["draw_regret_curves", "plot_options", "plot_regret_curves", "plot_run"]
+__all__ = ["BANDS", "draw_regret_curves", "plot_options", "plot_regret_curves", "plot_run"]
 
 
 def plot_run(
@@ -77,6 +77,10 @@ def plot_options(objective: Any) -> dict[str, Any]:
     return {"ylim": None}
 
 
+#: the legend's note on what a group's line and bands are
+BANDS = "line: median over runs; bands: interquartile range, range"
+
+
 def draw_regret_curves(
     axis: Any, curves: Mapping[str, Sequence[tuple[Any, Any]]], *, unit: str | None = "run"
 ) -> None:
@@ -85,8 +89,10 @@ def draw_regret_curves(
     Args:
       axis: a matplotlib ``Axes``.
       curves: method name -> list of ``(evaluations [T], min_regret [T])`` per seed; seeds may have
-        different lengths (each curve is a step function that ends where its run ended; the
-        median is drawn while at least half of the seeds are still running).
+        different lengths (each curve is a step function that ends where its run ended). The
+        median and bands start where every seed has its first point (its round 0: runs whose
+        round 0 paid more join later, and a median over the few that had joined could rise
+        when the others join) and go on while at least half of the seeds are still running.
       unit: what one curve is, for the legend (``"GA, 3 runs"``; ``"seed"``: ``"GA, 3 seeds"``);
         ``None``: the name alone (a plot of one run).
     """
@@ -103,6 +109,7 @@ def draw_regret_curves(
             valid = (index >= 0) & (grid <= x[-1])
             stacked[i, valid] = y[index[valid]]
         alive = np.sum(~np.isnan(stacked), axis=0) >= max(1, (len(runs) + 1) // 2)
+        alive &= grid >= max(x[0] for x, _ in runs)  # every seed's round 0 is in
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             median = np.nanmedian(stacked, axis=0)
@@ -166,7 +173,7 @@ def plot_regret_curves(
         axis.set_ylim(*ylim)
     axis.grid(alpha=0.3)
     axis.set_title(title)
-    axis.legend(loc="best", fontsize=8)
+    axis.legend(loc="best", fontsize=8, title=BANDS, title_fontsize=7)
     figure.tight_layout()
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

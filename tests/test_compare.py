@@ -330,3 +330,22 @@ def test_the_interval_note_counts_the_runs_it_is_over(runs, note) -> None:
     from llome_jax.commands.compare import ci_note
 
     assert note in ci_note(runs)
+
+
+def test_the_median_curve_starts_once_every_run_has_its_round_0() -> None:
+    """Issue 67, item 8: three runs whose round 0 paid 2, 4 and 6 labels; before, the median
+    began with the first run alone (0.25) and rose to 0.5 as the others joined."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from llome_jax.plotting import draw_regret_curves
+
+    runs = [([2, 10], [0.25, 0.25]), ([4, 10], [0.5, 0.5]), ([6, 10], [0.5, 0.25])]
+    figure, axis = plt.subplots()
+    draw_regret_curves(axis, {"A": runs})
+    (line,) = axis.lines
+    x, y = line.get_xdata(), line.get_ydata()
+    plt.close(figure)
+    assert list(x) == [6, 10] and list(y) == [0.5, 0.25]

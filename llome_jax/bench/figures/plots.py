@@ -38,7 +38,7 @@ def plot_curves(
     Each curve ends at its run's last label (a method's median where fewer than half its runs
     go on); with ``stopped_before`` (the budget after round 0), the last point of every run
     that stopped before it is marked with an ``x`` in its method's colour."""
-    from llome_jax.plotting import draw_regret_curves
+    from llome_jax.plotting import BANDS, draw_regret_curves
 
     plt = pyplot()
     n = max(1, len(panels))
@@ -63,7 +63,7 @@ def plot_curves(
                             label=None if marked else "a run stopped early",
                         )
                         marked = True
-            axis.legend(fontsize=7)
+            axis.legend(fontsize=7, title=BANDS, title_fontsize=6)
         axis.set_title(title, fontsize=9)
         axis.set_xlabel(xlabel)
         axis.grid(alpha=0.3)
