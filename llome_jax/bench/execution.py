@@ -70,6 +70,9 @@ def lambo_config(spec: RunSpec, scale: Scale, llome_cfg: Any):
     overrides = {
         **dict(scale.lambo_overrides),
         "function": spec.function,
+        # LLOME's instance (None for a paper function): never the smoke preset's own seed 1,
+        # which would make LaMBO-2 run another problem than the GA and LLOME of the plan
+        "instance_seed": llome_cfg.instance_seed,
         "rounds": scale.rounds,
         "seed": spec.seed,
         "ga_generations": llome_cfg.ga_generations,
