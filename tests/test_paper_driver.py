@@ -769,11 +769,12 @@ def test_every_method_of_a_plan_runs_the_same_problem(scale_name: str) -> None:
         if spec.kind == "local_search" or spec.method in ("LLOME-MargE-prior",):
             continue  # local search takes LLOME's settings; the prior arm is LLOME's preset
         llome_cfg = execution.llome_config(spec, scale)
-        cfg = {
-            "ga": lambda: execution.ga_config(spec, scale, llome_cfg),
-            "llome": lambda: llome_cfg,
-            "lambo2": lambda: execution.lambo_config(spec, scale, llome_cfg),
-        }[spec.kind]()
+        if spec.kind == "ga":
+            cfg = execution.ga_config(spec, scale, llome_cfg)
+        elif spec.kind == "lambo2":
+            cfg = execution.lambo_config(spec, scale, llome_cfg)
+        else:
+            cfg = llome_cfg
         problems.setdefault(spec.function, set()).add((cfg.function, cfg.instance_seed))
     assert problems and all(len(found) == 1 for found in problems.values()), problems
     f2 = ehrlich.resolve_function(*next(iter(problems["f2"])))
