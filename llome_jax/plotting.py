@@ -23,7 +23,14 @@ import numpy as np
 
 from llome_jax.compare import method_label, problem_text
 
-__all__ = ["BANDS", "draw_regret_curves", "plot_options", "plot_regret_curves", "plot_run"]
+__all__ = [
+    "BANDS",
+    "draw_regret_curves",
+    "mark_stopped",
+    "plot_options",
+    "plot_regret_curves",
+    "plot_run",
+]
 
 
 def plot_run(
@@ -75,6 +82,27 @@ def plot_options(objective: Any) -> dict[str, Any]:
     if objective.optimal_value is None:
         return {"metric": "best_value", "ylim": None}
     return {"ylim": None}
+
+
+def mark_stopped(
+    axis: Any, stopped: Mapping[str, Sequence[tuple[float, float]]], label: str
+) -> None:
+    """An ``x`` in each curve's colour (the lines :func:`draw_regret_curves` drew) at every
+    ``(labels, value)`` of ``stopped`` (curve name -> where each of its early-stopped runs
+    ended); ``label`` once in the legend."""
+    colours = {line.get_label().split(",")[0]: line.get_color() for line in axis.lines}
+    marked = False
+    for name, ends in stopped.items():
+        if ends:
+            axis.plot(
+                [e[0] for e in ends],
+                [e[1] for e in ends],
+                "x",
+                color=colours.get(name),
+                markersize=7,
+                label=None if marked else label,
+            )
+            marked = True
 
 
 #: the legend's note on what a group's line and bands are
@@ -152,19 +180,7 @@ def plot_regret_curves(
     figure, axis = plt.subplots(figsize=(6.4, 4.2), dpi=120)
     draw_regret_curves(axis, curves, unit=unit)
     if stopped:
-        colours = {line.get_label().split(",")[0]: line.get_color() for line in axis.lines}
-        marked = False
-        for name, ends in stopped.items():
-            if ends:
-                axis.plot(
-                    [e[0] for e in ends],
-                    [e[1] for e in ends],
-                    "x",
-                    color=colours.get(name),
-                    markersize=7,
-                    label=None if marked else "run stopped early (carried flat after)",
-                )
-                marked = True
+        mark_stopped(axis, stopped, "run stopped early (carried flat after)")
     if log_x:
         axis.set_xscale("log")
     axis.set_xlabel(xlabel)

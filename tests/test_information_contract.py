@@ -22,38 +22,14 @@ from llome_jax.ga_optimizer import GARunConfig
 from llome_jax.ga_optimizer import run as ga_run
 from llome_jax.lambo2 import optimizer as lambo2
 from llome_jax.llome import loop, presets
+from llome_jax.optimizers.contract import Recorder, recording_objective
 from llome_jax.oracle import Oracle
 
 
-class Recorder:
-    """Wraps a NumPy function of ``x [n, L]`` and keeps every row it was called on."""
-
-    def __init__(self, fn) -> None:
-        self.fn, self.rows = fn, []
-
-    def __call__(self, x):
-        x = np.asarray(x)
-        self.rows.extend(map(tuple, x.tolist()))
-        return self.fn(x)
-
-
 def _host_objective(name: str = "Ehr(8,8)-2-2-2", seed: int = 1) -> tuple[Objective, Any, Any]:
-    fn = ehrlich.resolve_function(name, seed)
-    x0 = ehrlich.resolve_initial_solution(name, seed)
-    evaluate = Recorder(lambda x: np.asarray(ehrlich.evaluate(fn, x), np.float32))
-    is_feasible = Recorder(lambda x: np.asarray(ehrlich.is_feasible(fn, x), bool))
-    objective = Objective(
-        "ehrlich-on-host",
-        fn.config.num_states,
-        fn.config.dim,
-        evaluate,
-        is_feasible=is_feasible,
-        initial_solution=x0,
-        optimal_value=1.0,
-        worst_value=0.0,
-        traceable=False,
-    )
-    return objective, evaluate, is_feasible
+    """An Ehrlich function on the host whose evaluate and is_feasible record every row
+    (``llome_jax.optimizers.contract.recording_objective``, the registry's checks' own)."""
+    return recording_objective(name, seed)
 
 
 def _evaluated(path: pathlib.Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -38,7 +38,7 @@ def plot_curves(
     Each curve ends at its run's last label (a method's median where fewer than half its runs
     go on); with ``stopped_before`` (the budget after round 0), the last point of every run
     that stopped before it is marked with an ``x`` in its method's colour."""
-    from llome_jax.plotting import BANDS, draw_regret_curves
+    from llome_jax.plotting import BANDS, draw_regret_curves, mark_stopped
 
     plt = pyplot()
     n = max(1, len(panels))
@@ -47,22 +47,11 @@ def plot_curves(
         if curves:
             draw_regret_curves(axis, curves)
             if stopped_before is not None:
-                colours = {line.get_label().split(",")[0]: line.get_color() for line in axis.lines}
-                marked = False
-                for method, runs in curves.items():
-                    ends = [
-                        (x[-1], y[-1]) for x, y in runs if len(x) and x[-1] - x[0] < stopped_before
-                    ]
-                    if ends:
-                        axis.plot(
-                            [e[0] for e in ends],
-                            [e[1] for e in ends],
-                            "x",
-                            color=colours.get(method),
-                            markersize=7,
-                            label=None if marked else "a run stopped early",
-                        )
-                        marked = True
+                ends = {
+                    method: [(x[-1], y[-1]) for x, y in runs if x[-1] - x[0] < stopped_before]
+                    for method, runs in curves.items()
+                }
+                mark_stopped(axis, ends, "a run stopped early")
             axis.legend(fontsize=7, title=BANDS, title_fontsize=6)
         axis.set_title(title, fontsize=9)
         axis.set_xlabel(xlabel)
