@@ -133,3 +133,17 @@ def test_the_tutorials_ga_runs_give_the_ga_row_the_page_shows(tmp_path: pathlib.
         assert cli.main([*compare, "--out", str(tmp_path / "compare")]) == 0
     (mine,) = [line for line in printed.getvalue().splitlines() if line.startswith("| GA |")]
     assert mine == ga_row
+
+
+def test_the_tutorial_says_how_to_reach_the_command_the_readme_installed() -> None:
+    """Issue 67, item 5: the README installs into a virtual environment and the tutorial types
+    bare ``llome-jax``; the tutorial says how to put that environment's command on the PATH."""
+    readme = (ROOT / "README.md").read_text()
+    install = next(line for line in readme.splitlines() if line.startswith("python3 -m venv "))
+    venv = install.split()[3]  # python3 -m venv DIR && DIR/bin/pip install ...
+    assert f"{venv}/bin/pip install" in install
+    tutorial = TUTORIAL.read_text()
+    assert "llome-jax " in tutorial
+    before_first_command = tutorial[: tutorial.index("```bash")]
+    assert f"source {venv}/bin/activate" in before_first_command
+    assert f"{venv}/bin/llome-jax" in before_first_command
