@@ -39,4 +39,5 @@ def moved_names(module: str, names: Mapping[str, str]) -> Callable[[str], Any]:
             )
         return getattr(importlib.import_module(target), name)
 
+    module_getattr.warned = warned  # the names warned about (a test may clear it)
     return module_getattr
