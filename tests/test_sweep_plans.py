@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import pathlib
 
 import pytest
@@ -92,7 +93,8 @@ def _tiny_dict() -> dict:
         ({"rounds": 0}, "rounds must be a positive integer"),
         ({"functions": ["f9"]}, "unknown function 'f9'"),
         ({"presets": {"lambo": "cpu"}}, "presets takes llome, lambo2"),
-        ({"optimizers": {"X": "nofactory"}}, "a factory is named MODULE:ATTR"),
+        ({"optimizers": {"X": "nofactory"}}, "neither a registered optimizer nor MODULE:ATTR"),
+        ({"optimizers": {"X": ":make"}}, "a factory is named MODULE:ATTR"),
         ({"resources": {"ga": {"cores": 2}}}, "resources.ga takes"),
         ({"costs": {"GA": 3}}, "costs.GA is [round 0 seconds, seconds per round]"),
         ({"seeds": None}, "names its methods and seeds too"),
@@ -340,3 +342,36 @@ def test_a_typo_in_a_plan_is_refused_before_dry_run_prints(extra, message) -> No
     # the same plan without the typo is accepted, resources by kind, method and run name
     ok = {"resources": {"ga": {"cpus": 1}, "LaMBO-2": {"cpus": 2}, "f2/GA_seed0": {"cpus": 1}}}
     assert len(plan_from_dict({**base, "seeds": [0], **ok}).runs) == 3
+
+
+def test_a_registered_optimizer_joins_a_plan_by_its_name(tmp_path: pathlib.Path) -> None:
+    """``optimizers: {Label: NAME}`` with a registered name (``llome_jax.optimizers``): the run
+    gets the plan's shared settings (LLOME's round 0, ``j``, the budget) and shares round 0 with
+    the GA of its seed; an unknown name is refused with the closest one."""
+    plan = plan_from_dict(
+        {
+            **_tiny_dict(),
+            "methods": ["GA", "Mine"],
+            "seeds": [0],
+            "optimizers": {"Mine": "local_search"},
+        }
+    )
+    assert plan.spec("f2/Mine_seed0").kind == "registry:local_search"
+    out = tmp_path / "out"
+    result = run_sweep(plan, out, "inline", log=lambda line: None)
+    assert result.done == ("f2/GA_seed0", "f2/Mine_seed0") and not result.missing
+
+    def round0(name: str) -> list[str]:
+        rows = (out / "runs" / name / "evaluated.csv").read_text().splitlines()[1:]
+        return [row for row in rows if row.startswith("0,")]
+
+    assert len(round0("f2/Mine_seed0")) > 20 and round0("f2/Mine_seed0") == round0("f2/GA_seed0")
+    config = json.loads((out / "runs" / "f2" / "Mine_seed0" / "config.json").read_text())
+    assert (config["optimizer"], config["method"]) == ("local_search", "Mine")
+    with pytest.raises(
+        UsageError,
+        match="'local_serch' is neither a registered optimizer; did you mean 'local_search'",
+    ):
+        plan_from_dict(
+            {**_tiny_dict(), "methods": ["X"], "seeds": [0], "optimizers": {"X": "local_serch"}}
+        )

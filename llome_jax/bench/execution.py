@@ -153,6 +153,18 @@ def run_kind(spec: RunSpec, scale: Scale, llome_cfg: Any, path: pathlib.Path, op
     A kind ``MODULE:ATTR`` (a sweep plan's ``optimizers:``, :mod:`llome_jax.sweep.plans`) names
     a factory ``ATTR(spec, scale, llome_cfg) -> RoundOptimizer`` (any optimizer that implements
     the round protocol of :mod:`llome_jax.runner`), run by the shared round driver."""
+    if spec.kind.startswith("registry:"):  # a registered ask/tell optimizer, by name
+        from llome_jax import optimizers, runner
+
+        entry = optimizers.get(spec.kind.removeprefix("registry:"))
+        if not issubclass(entry.config_class, optimizers.BenchmarkSettings):
+            raise ValueError(
+                f"{entry.name}: a sweep builds a registered optimizer's configuration from the "
+                "shared BenchmarkSettings; its configuration is not one"
+            )
+        cfg = entry.config_class(**benchmark_settings(spec, scale, llome_cfg))
+        plugin = entry.make(cfg)
+        return runner.run(plugin, path, extra_config={"method": spec.method}, **options)
     if ":" in spec.kind:
         from llome_jax import runner
 
@@ -175,20 +187,28 @@ def run_kind(spec: RunSpec, scale: Scale, llome_cfg: Any, path: pathlib.Path, op
         from llome_jax import runner
         from llome_jax.optimizers import LocalSearch, LocalSearchConfig
 
-        cfg = LocalSearchConfig(
-            function=spec.function,
-            instance_seed=llome_cfg.instance_seed,
-            seed=spec.seed,
-            rounds=scale.rounds,
-            labels_per_round=int(llome_cfg.filter.num_selected),
-            round0_generations=llome_cfg.ga_generations,
-            round0_ga=llome_cfg.ga,
-            accounting=llome_cfg.accounting,
-        )
+        cfg = LocalSearchConfig(**benchmark_settings(spec, scale, llome_cfg))
         return runner.run(LocalSearch(cfg), path, extra_config={"method": spec.method}, **options)
     from llome_jax import ga_optimizer
 
     return ga_optimizer.run(ga_config(spec, scale, llome_cfg), path, **options)
+
+
+def benchmark_settings(spec: RunSpec, scale: Scale, llome_cfg: Any) -> dict[str, Any]:
+    """The shared settings (``llome_jax.optimizers.BenchmarkSettings``) of ``spec``'s run: its
+    function, LLOME's instance, its seed, the scale's rounds, ``j`` labels a round and LLOME's
+    round 0 and accounting, so that an ask/tell optimizer shares round 0 and the budget with the
+    plan's other methods."""
+    return {
+        "function": spec.function,
+        "instance_seed": llome_cfg.instance_seed,
+        "seed": spec.seed,
+        "rounds": scale.rounds,
+        "labels_per_round": int(llome_cfg.filter.num_selected),
+        "round0_generations": llome_cfg.ga_generations,
+        "round0_ga": llome_cfg.ga,
+        "accounting": llome_cfg.accounting,
+    }
 
 
 def load_factory(kind: str) -> Callable[..., Any]:

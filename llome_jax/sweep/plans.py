@@ -18,7 +18,7 @@ driver names them), the report's figures, and per-run resources. No JAX at impor
     presets: {llome: smoke, lambo2: smoke}
     overrides:                   # dotted keys or nested maps, after the presets
       llome: {finetune.epochs: 1, refine.num_iterations: 1}
-    optimizers:                  # a new optimizer joins by name: MODULE:ATTR, a factory
+    optimizers:                  # a new optimizer joins by name: a registered one, or a factory MODULE:ATTR
       MyOpt: my_package.my_module:make_optimizer   # (spec, scale, llome_cfg) -> RoundOptimizer
     resources:                   # per run: default, then by kind, method, run name
       default: {cpus: 1, gpus: 0, mem_gb: 4}
@@ -301,6 +301,17 @@ def plan_from_dict(data: Mapping[str, Any]) -> SweepPlan:
         changes["budget"] = _positive(data["budget"], "budget")
     optimizers = {str(k): str(v) for k, v in _mapping(data, "optimizers", None).items()}
     for label, factory in optimizers.items():
+        if ":" not in factory:  # a registered optimizer's name (llome_jax.optimizers)
+            from llome_jax import optimizers as registry
+
+            if factory not in registry.names():
+                raise UsageError(
+                    f"optimizers.{label}: {factory!r} is neither a registered optimizer"
+                    f"{_closest(factory, registry.names())} nor MODULE:ATTR "
+                    f"(registered: {', '.join(registry.names())})"
+                )
+            optimizers[label] = f"{REGISTERED}{factory}"
+            continue
         module, _, attr = factory.partition(":")
         if not module or not attr:
             raise UsageError(f"optimizers.{label}: a factory is named MODULE:ATTR, got {factory!r}")
@@ -346,6 +357,10 @@ def plan_from_dict(data: Mapping[str, Any]) -> SweepPlan:
         resources=resources,
         costs=_costs(_mapping(data, "costs", None)),
     )
+
+
+#: the kind of a run of a registered optimizer: ``registry:NAME`` (``optimizers: {Label: NAME}``)
+REGISTERED = "registry:"
 
 
 def _closest(word: str, choices: Sequence[str]) -> str:
