@@ -63,6 +63,7 @@ __all__ = [
     "as_objective",
     "ehrlich_objective",
     "feasible",
+    "import_module_or_file",
     "load_objective",
     "objective_config",
     "problem_shape",
@@ -452,7 +453,14 @@ def feasible(fn: Any, x: Any) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # module:attr
 # ---------------------------------------------------------------------------------------------
-def _import(module_name: str) -> Any:
+def import_module_or_file(module_name: str) -> Any:
+    """The module ``module_name``, or the Python file it names (``path/to/file.py``), loaded once
+    under a private name; a module in the working directory imports as under ``python -m``
+    (``load_objective`` and ``llome_jax.optimizers.get`` read ``MODULE:ATTR`` through this).
+
+    Raises:
+      FileNotFoundError / ImportError: no such file, or it cannot be loaded or imported.
+    """
     if module_name.endswith(".py") or "/" in module_name or "\\" in module_name:
         path = pathlib.Path(module_name)
         if not path.is_file():
@@ -486,7 +494,7 @@ def load_objective(spec: str) -> Objective:
         raise ValueError(f"--objective {spec!r}: expected MODULE:ATTR, e.g. my_objectives:onemax")
     module_name, attr = spec.rsplit(":", 1)
     try:
-        target = _import(module_name)
+        target = import_module_or_file(module_name)
     except Exception as error:
         raise ValueError(
             f"--objective {spec}: cannot import {module_name!r} ({type(error).__name__}: {error})"

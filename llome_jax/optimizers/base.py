@@ -123,6 +123,15 @@ class LabelledData(NamedTuple):
         return self.sequences[i], float(self.values[i])
 
 
+def _extended(data: LabelledData, x: np.ndarray, v: np.ndarray) -> LabelledData:
+    """``data`` with the rows ``x`` (values ``v``) appended, read-only."""
+    sequences = np.concatenate([data.sequences, np.asarray(x, np.int32)])
+    values = np.concatenate([data.values, np.asarray(v, np.float64)])
+    sequences.setflags(write=False)
+    values.setflags(write=False)
+    return LabelledData(sequences, values, data.num_states)
+
+
 class ContractError(ValueError):
     """What ``ask`` returned breaks the information contract (a sequence proposed twice, one
     already labelled, more than asked for, or not an ``int [m, L]`` array of valid states)."""
@@ -270,7 +279,9 @@ class AskTellOptimizer(RoundOptimizerBase):
             return new, None
         labels = oracle.label(proposals)
         x, v = oracle.take_paid(length)
-        after = self.data(state.start_at)
+        # what it knows now: the labels before, then this round's paid ones in the order paid
+        # (what the oracle's known() gives; not read from it a second time)
+        after = _extended(data, x, v)
         inner = self.tell(inner, x, v, after)
         best = max(state.best, float(np.max(v)) if v.size else float("-inf"))
         values = np.asarray(labels.values, np.float64)

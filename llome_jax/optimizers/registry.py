@@ -29,10 +29,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
-import importlib.util
 import os
 import pathlib
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -203,21 +201,21 @@ def names() -> list[str]:
 
 
 def _load_attr(spec: str) -> Any:
-    """``"module:attr"`` or ``"path/to/file.py:attr"`` -> the object."""
+    """``"module:attr"`` or ``"path/to/file.py:attr"`` -> the object
+    (:func:`llome_jax.objective.import_module_or_file`, as ``--objective`` loads).
+
+    Raises:
+      ValueError: not ``module:attr``, the module or file does not load, or has no ``attr``.
+    """
+    from llome_jax.objective import import_module_or_file
+
     where, _, attr = spec.rpartition(":")
     if not where or not attr:
         raise ValueError(f"{spec!r} is neither a registered optimizer nor 'module:attr'")
-    if where.endswith(".py"):
-        path = pathlib.Path(where)
-        if not path.is_file():
-            raise ValueError(f"{spec!r}: no file {where}")
-        name = f"_llome_jax_optimizer_{path.stem}"
-        module_spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[name] = module
-        module_spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(where)
+    try:
+        module = import_module_or_file(where)
+    except (ImportError, OSError) as error:
+        raise ValueError(f"{spec!r}: {error}") from None
     if not hasattr(module, attr):
         raise ValueError(f"{spec!r}: {where} has no attribute {attr!r}")
     return getattr(module, attr)
