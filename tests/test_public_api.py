@@ -61,3 +61,12 @@ def test_every_public_class_and_function_has_a_docstring() -> None:
 def test_the_api_reference_is_current() -> None:
     page = make_api_reference.PAGE.read_text()
     assert page == make_api_reference.render(), "run python scripts/make_api_reference.py"
+
+
+def test_the_api_reference_names_nothing_of_this_machine() -> None:
+    # a default such as sys.executable renders as this checkout's path and breaks the
+    # reference on any other machine (CI checks it out elsewhere)
+    page = make_api_reference.PAGE.read_text()
+    root = str(pathlib.Path(__file__).resolve().parents[1])
+    for local in (sys.executable, root, str(pathlib.Path.home())):
+        assert local not in page, f"the API reference shows {local!r}, a path of this machine"

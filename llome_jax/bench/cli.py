@@ -309,7 +309,7 @@ def job_commands(
     methods: Sequence[str],
     plan: Sequence[RunSpec],
     sweep: bool,
-    python: str = sys.executable,
+    python: str | None = None,
     functions: str | None = None,
 ) -> list[str]:
     """One self-contained shell command per planned run, then the GA difficulty sweep's (when
@@ -320,12 +320,13 @@ def job_commands(
     same file system and the same environment), repeats the plan's selection (``--scale``,
     ``--only``, ``--methods``, ``--functions`` when given: the same plan is built) and selects
     one run with ``--runs NAME`` (the name glob-escaped, so it matches itself only) and
-    ``--no-report``. Run directories are
+    ``--no-report``; ``python`` defaults to this interpreter (``sys.executable``). Run
+    directories are
     independent and resumable, so the run commands may run in any order, on any machines,
     concurrently or again; the last command writes the report once they are done.
     """
     base = [
-        python,
+        python or sys.executable,
         *ENTRY,
         "--scale",
         scale,
