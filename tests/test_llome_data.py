@@ -125,6 +125,34 @@ def test_neighbours_match_brute_force(case):
     assert np.all((nb.index >= 0) == (nb.distance >= 0))
 
 
+def test_neighbours_of_sizes_in_one_bucket_share_one_compiled_block():
+    # 120 and 127 rows (L = 32, v = 32: 32 rows a group, 4 groups either way; blocks of 120
+    # and 127 both round up to 128): one compiled block, padding masked, brute force exact
+    from llome_jax.llome import neighbours as nb_module
+
+    x, _ = clustered_set(3, 160, 32, 32, 0.05)
+    x = x[first_occurrences(x)]
+    nb_module._compiled_block.cache_clear()
+    for n in (120, 127):
+        nb = hamming_neighbours(x[:n], 30, 0.25)
+        expected = brute_neighbours(x[:n].tolist(), 30, 0.25)
+        for i, row in enumerate(expected):
+            got = [(int(j), int(d)) for j, d in zip(nb.index[i], nb.distance[i]) if j >= 0]
+            assert got == row, f"{n} rows: row {i}"
+    assert nb_module._compiled_block.cache_info().currsize == 1
+    assert [nb_module._bucket(c) for c in (1, 8, 9, 15, 16, 17, 120, 127, 129)] == [
+        1,
+        8,
+        9,
+        15,
+        16,
+        18,
+        120,
+        128,
+        144,
+    ]
+
+
 def test_neighbours_boundary_ties_go_to_lower_index():
     # Row 0 has 6 others at distance 1: with k=3 it keeps the two lowest indices.
     base = np.zeros(6, np.int32)

@@ -136,6 +136,17 @@ def _group_size(words_per_sequence: int) -> int:
     return size
 
 
+def _bucket(count: int) -> int:
+    """``count`` rounded up to a number with at most four significant bits (``1, ..., 16, 18,
+    ..., 32, 36, ..., 64, 72, ...``): at most 12.5 % padding, and about 8 compiled shapes per
+    doubling instead of one per size (a pretraining pool of 1,000 GA archives of different
+    sizes otherwise compiles a block per archive, past the kernel's memory-mapping limit)."""
+    if count <= 16:
+        return max(count, 1)
+    step = 1 << (count.bit_length() - 4)
+    return -(-count // step) * step
+
+
 def _ordered_float(key: jax.Array) -> jax.Array:
     """Order-preserving map of non-negative int32 keys to float32 (exact, via the bit pattern)."""
     return jax.lax.bitcast_convert_type(key + _KEY_OFFSET, jnp.float32)
@@ -150,8 +161,8 @@ def _neighbour_block(
     candidates: jax.Array,
     rows: jax.Array,
     row_ids: jax.Array,
+    num_rows: jax.Array,
     *,
-    num_rows: int,
     num_groups: int,
     group_size: int,
     k: int,
@@ -164,12 +175,14 @@ def _neighbour_block(
       candidates: uint32 ``[C, bits, W, G]``; candidate ``j = t * G + g`` sits at ``[t, :, :, g]``.
       rows: uint32 ``[G * C, bits, W]`` the same planes, one row per candidate (for stage 3).
       row_ids: int32 ``[B]`` global index of each query row (to recognise itself).
+      num_rows: int32 scalar ``N``, the real rows (traced: candidates ``>= N`` are padding, so
+        one compiled block serves every ``N`` of a shape bucket, :func:`_bucket`).
 
     Returns:
       ``(index, distance)`` int32 ``[B, k]`` (``-1`` on empty slots).
     """
     num_bits, num_words, block = queries.shape
-    n = num_rows
+    n = num_rows.astype(jnp.int32)
     group_ids = jnp.arange(num_groups, dtype=jnp.int32)[None, :]
     self_ids = row_ids[:, None]
 
@@ -234,7 +247,7 @@ def _compiled_block(mesh: Mesh | None, **static: int):
         fn = jax.shard_map(
             fn,
             mesh=mesh,
-            in_specs=(P(None, None, axes), P(), P(), P(axes)),
+            in_specs=(P(None, None, axes), P(), P(), P(axes), P()),
             out_specs=(P(axes), P(axes)),
         )
     return jax.jit(fn)
@@ -302,14 +315,14 @@ def hamming_neighbours(
     bitplanes = _pack_bitplanes(x, num_bits)  # [N, bits, W]
     num_words = bitplanes.shape[2]
     group_size = _group_size(num_bits * num_words)
-    num_groups = -(-n // group_size)
+    num_groups = _bucket(-(-n // group_size))
     padded = np.zeros((num_groups * group_size, num_bits, num_words), np.uint32)
     padded[:n] = bitplanes
     candidates = np.ascontiguousarray(
         padded.reshape(group_size, num_groups, num_bits, num_words).transpose(0, 2, 3, 1)
     )
     num_devices = 1 if mesh is None else int(np.prod(list(mesh.shape.values())))
-    block = min(block_size, n)
+    block = min(block_size, _bucket(n))
     block = -(-block // num_devices) * num_devices
     num_blocks = -(-n // block)
     queries = np.zeros((num_bits, num_words, num_blocks * block), np.uint32)
@@ -328,7 +341,6 @@ def hamming_neighbours(
         id_sharding = NamedSharding(mesh, P(axes))
 
     static = dict(
-        num_rows=n,
         num_groups=num_groups,
         group_size=group_size,
         k=k,
@@ -340,6 +352,7 @@ def hamming_neighbours(
 
         starts = tqdm(starts, desc="Hamming kNN", unit="block")
     block_fn = _compiled_block(mesh, **static)
+    num_rows = np.int32(n)
     outputs = []
     for start in starts:
         outputs.append(
@@ -348,6 +361,7 @@ def hamming_neighbours(
                 candidates_dev,
                 rows_dev,
                 jax.device_put(row_ids[start : start + block], id_sharding),
+                num_rows,
             )
         )
     index = np.concatenate([np.asarray(i) for i, _ in outputs])[:n]
