@@ -14,8 +14,16 @@ What a GA *round* is: a block of generations of ``n`` particles whose labels com
   times ``generations_per_round`` generations (then the run stops: the GA proposes nothing new).
   ``evaluated.csv`` holds each paid sequence once.
 * With ``accounting="every_evaluation"`` (the paper's accounting) every particle is paid and a
-  round is exactly ``generations_per_round`` generations; ``evaluated.csv`` holds the distinct
-  sequences of each round.
+  round is ``generations_per_round`` generations (``labels_per_round`` labels when given);
+  ``evaluated.csv`` holds each sequence once, in the round that first labelled it.
+
+It is an ask/tell plug-in of :class:`~llome_jax.optimizers.base.AskTellOptimizer`: round 0 is
+the base's (the GA simply continues its state, ``data.round0``), and each ``ask`` is one
+generation (``ga.ask``): its particles not labelled yet, in evaluation order, at most the labels
+the round has left; the base labels them and ``tell`` completes the generation (``ga.tell`` with
+every particle's label, looked up). A generation the budget cuts is labelled up to the cut
+(evaluation order) and not told: the GA state stays before it, so that a run extended later
+draws the same generation again and pays only the rest.
 
 The generations of all rounds together are one uninterrupted GA run (``ga_loop.run`` with as many
 generations gives the same populations): generation ``g`` uses key ``g`` of
@@ -36,19 +44,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import pathlib
-from collections.abc import Mapping
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from llome_jax import configs, ga, ga_loop
+from llome_jax.metrics import frac_unique, regret, round_metrics
 from llome_jax.migrations import GA_MIGRATIONS
 from llome_jax.objective import Objective
+from llome_jax.optimizers.base import AskTellOptimizer, LabelledData
 from llome_jax.oracle import check_contract_settings
-from llome_jax.plugin import RoundOptimizerBase
-from llome_jax.runner import RoundResult, RunResult, optimum_stop_reason, progress_text
+from llome_jax.runner import RunResult, progress_text
 from llome_jax.runner import run as run_rounds
 
 __all__ = ["MAX_GENERATIONS_PER_ROUND", "GARoundState", "GARunConfig", "GeneticAlgorithm", "run"]
@@ -69,13 +76,16 @@ class GARunConfig:
       generations_per_round: ``G``: with ``every_evaluation``, the generations of every later
         round; with ``pay_once``, a round pays ``G n`` new labels [2: 2,000] unless
         ``labels_per_round`` is given.
-      labels_per_round: with ``pay_once``, exactly the new labels a round pays (its generations
-        run until it has; the generation that completes it labels only what is left and is
-        drawn again by the next round, which pays only the rest) [``None``: at least ``G n``,
-        whole generations].
+      labels_per_round: exactly the new labels a round pays (its generations run until it has;
+        the generation that completes it labels only what is left and is drawn again by the
+        next round, which pays only the rest) [``None``: at least ``G n``, whole generations].
       ga: the GA's settings (population ``n``, ``alpha``, ``p_m``, ``p_r``; the paper's defaults).
       accounting: ``"pay_once"`` or ``"every_evaluation"`` (the paper's; module docstring).
       constraint_queries: ``"off"`` or ``"free"`` (the GA asks no constraint query either way).
+
+    ``round0_generations`` and ``round0_ga`` (the names every optimizer's round 0 shares,
+    :class:`~llome_jax.optimizers.base.BenchmarkSettings`) read ``initial_generations`` and
+    ``ga``: the GA continues round 0's GA.
     """
 
     function: str = "f2"
@@ -103,10 +113,20 @@ class GARunConfig:
 
     @property
     def round_labels(self) -> int:
-        """The new labels a ``pay_once`` round pays: ``labels_per_round`` or ``G n``."""
+        """The new labels a round pays: ``labels_per_round`` or ``G n``."""
         if self.labels_per_round is not None:
             return self.labels_per_round
         return self.generations_per_round * self.ga.num_particles
+
+    @property
+    def round0_generations(self) -> int:
+        """``initial_generations`` under the name every optimizer's round 0 shares."""
+        return self.initial_generations
+
+    @property
+    def round0_ga(self) -> ga.GAConfig:
+        """``ga`` under the name every optimizer's round 0 shares."""
+        return self.ga
 
     def replace(self, **overrides: Any) -> GARunConfig:
         """This configuration with settings replaced (dotted keys such as ``ga.num_particles``
@@ -120,27 +140,30 @@ class GARunConfig:
 @functools.partial(
     jax.tree_util.register_dataclass,
     data_fields=["ga_state", "run_key"],
-    meta_fields=["round", "stop"],
+    meta_fields=["cut"],
 )
 @dataclasses.dataclass(frozen=True)
 class GARoundState:
-    """What the GA carries between rounds (a pytree, checkpointed whole).
+    """The GA's own state between generations (a pytree; the base checkpoints it whole).
 
     Attributes:
-      ga_state: the ``ga.GAState`` after the last generation (its ``generation`` counts them).
+      ga_state: the ``ga.GAState`` after the last generation told (its ``generation`` counts
+        them).
       run_key: the key whose split gives every generation its key (``ga_loop.start``).
-      round: rounds done (static; a checkpoint's step).
-      stop: why the run stopped early (``""``: it did not).
+      cut: the last ``ask``'s generation was cut at the labels left (it is not told).
     """
 
     ga_state: Any
     run_key: Any
-    round: int = 0
-    stop: str = ""
+    cut: bool = False
 
 
-class GeneticAlgorithm(RoundOptimizerBase):
-    """The paper's GA as a :class:`~llome_jax.runner.RoundOptimizer` over :class:`GARoundState`.
+_ask_jit = jax.jit(ga.ask, static_argnames=("config", "num_states"))
+_tell_jit = jax.jit(ga.tell)
+
+
+class GeneticAlgorithm(AskTellOptimizer):
+    """The paper's GA as an ask/tell optimizer over :class:`GARoundState` (module docstring).
 
     Construction resolves the function (or takes ``objective``, an
     :class:`~llome_jax.objective.Objective`, instead of ``cfg.function``), checks the start
@@ -149,192 +172,125 @@ class GeneticAlgorithm(RoundOptimizerBase):
 
     name = "ga"
     migrations = GA_MIGRATIONS
-
-    def __init__(self, cfg: GARunConfig, objective: Objective | None = None) -> None:
-        checked = self.checked_objective(cfg, objective, check_ehrlich=True)
-        super().__init__(cfg, checked, custom_objective=objective is not None)
-        self.x0 = ga_loop.validate_ga_inputs(checked, checked.x0, cfg.ga)
+    config_class = GARunConfig
+    asks_until_paid = True
+    ask_unit = "generations"
 
     @property
-    def _fn(self) -> Objective:
-        """What the generations call: the objective, behind the label cache on the host."""
-        return self.oracle.cached_objective()
+    def display_name(self) -> str:
+        return "the GA"
 
-    def _advance(self, state: GARoundState, start: int, stop: int) -> tuple[Any, np.ndarray, Any]:
-        """Generations ``start .. stop - 1``: the new ``GAState``, their particles
-        int32 ``[(stop - start) n, L]`` in evaluation order, and their values."""
-        keys = ga_loop.generation_keys(state.run_key, start, stop)
-        ga_state, (_, populations, values) = ga_loop.advance(
-            state.ga_state, keys, self._fn, self.cfg.ga, keep_populations=True
-        )
-        length = self.objective.length
-        x = np.asarray(populations, np.int32).reshape(-1, length)
-        v = np.asarray(values, np.float64).reshape(-1)
-        return ga_state, x, np.where(np.isfinite(v), v, -np.inf)
+    def round_labels(self) -> tuple[int, bool]:
+        """``labels_per_round`` exactly, or whole generations until ``G n`` are paid."""
+        return self.cfg.round_labels, self.cfg.labels_per_round is None
 
-    def _result(
-        self,
-        round_index: int,
-        ga_state: Any,
-        proposals: tuple[np.ndarray, np.ndarray],
-        x: np.ndarray,
-        v: np.ndarray,
-        best: float | None = None,
-    ) -> RoundResult:
-        """The round's result: ``x``/``v`` go to ``evaluated.csv``; ``mean_regret``,
-        ``frac_feasible`` and ``frac_unique`` are over the ``proposals`` (particles, values);
-        ``best``: the best label so far (default: the GA state's best-so-far)."""
-        from llome_jax.metrics import regret, round_metrics
+    def max_asks(self) -> int:
+        return MAX_GENERATIONS_PER_ROUND * self.cfg.generations_per_round
 
-        best = float(ga_state.best_value) if best is None else float(best)
+    def best_of(self, state: GARoundState) -> float:
+        return float(state.ga_state.best_value)
+
+    def init_state(self, key: jax.Array, data: LabelledData) -> GARoundState:
+        """Round 0's GA state and key (``data.round0``); without it, the shapes of one."""
+        if data.round0 is not None:
+            return GARoundState(data.round0.ga_state, data.round0.run_key)
+        k = jax.random.key(0)
+        cfg, num_states = self.cfg.ga, self.objective.num_states
+        return GARoundState(ga.init(k, self.x0, cfg, num_states, 0.0), jax.random.split(k)[1])
+
+    def _population(self, state: GARoundState) -> np.ndarray:
+        """The next generation's particles, int32 ``[n, L]`` (generation ``g`` uses key ``g``
+        of the run key's split)."""
+        g = int(state.ga_state.generation)
+        key = ga_loop.generation_keys(state.run_key, g, g + 1)[0]
+        population = _ask_jit(key, state.ga_state, self.cfg.ga, self.objective.num_states)
+        return np.asarray(population, np.int32)
+
+    def ask(
+        self, key: jax.Array, state: GARoundState, data: LabelledData, num: int
+    ) -> tuple[np.ndarray, GARoundState, np.ndarray]:
+        """One generation: its particles not labelled yet (first occurrences, evaluation
+        order; ``every_evaluation``: every particle), at most ``num``; the particles up to the
+        cut go to the record."""
+        particles = self._population(state)
+        if not self.oracle.pay_once:
+            cut = min(num, len(particles))
+            shown = particles[:cut]
+            return shown, dataclasses.replace(state, cut=cut < len(particles)), shown
+        unknown = np.flatnonzero(np.isnan(data.lookup(particles)))
+        seen: set[bytes] = set()
+        new: list[int] = []
+        for i in unknown:
+            row = particles[i].tobytes()
+            if row not in seen:
+                seen.add(row)
+                new.append(int(i))
+        if len(new) > num:  # the labels left end inside this generation
+            shown = particles[: new[num]]
+            return particles[new[:num]], dataclasses.replace(state, cut=True), shown
+        return particles[new], dataclasses.replace(state, cut=False), particles
+
+    def tell(
+        self, state: GARoundState, sequences: np.ndarray, values: np.ndarray, data: LabelledData
+    ) -> GARoundState:
+        """``ga.tell`` with every particle's label; a generation that was cut is not told."""
+        if state.cut:
+            return dataclasses.replace(state, cut=False)
+        particles = self._population(state)
+        labels = np.asarray(data.lookup(particles), np.float32)
+        ga_state = _tell_jit(particles, labels, state.ga_state)
+        return GARoundState(ga_state, state.run_key)
+
+    def _record(
+        self, particles: np.ndarray, values: np.ndarray, state: GARoundState, best: float
+    ) -> dict[str, Any]:
+        """The common fields restated over the particles (every evaluation, repeats included)
+        and the GA's: ``generations``, and ``min_regret`` / ``best_value`` of the best label so
+        far."""
         optimum, worst = self.objective.optimal_value, self.objective.worst_value
         best_regret = regret([best], optimum, worst)[0]
-        px, pv = proposals
-        record = round_metrics(
-            round_index,
-            px,
-            pv,
-            v,
-            num_generated=len(px),
+        common = round_metrics(
+            0,
+            particles,
+            values,
+            values,
             optimal_value=optimum,
             worst_value=worst,
-            num_evaluations=self.oracle.num_paid,
-            num_proposals=len(px),
-            min_regret=None if np.isnan(best_regret) else float(best_regret),
-            best_value=best,
-            generations=int(ga_state.generation),
         )
-        return RoundResult(x, v.astype(np.float64), record)
+        return {
+            "num_generated": len(particles),
+            "min_regret": None if np.isnan(best_regret) else float(best_regret),
+            "mean_regret": common["mean_regret"],
+            "frac_feasible": common["frac_feasible"],
+            "frac_unique": frac_unique(particles),
+            "num_proposals": len(particles),
+            "best_value": best,
+            "generations": int(state.ga_state.generation),
+        }
 
-    def _labelled(self, x: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Register the particles ``x`` (values ``v``) with the oracle; the rows that go to
-        ``evaluated.csv``: with ``pay_once`` the sequences paid for now, else the distinct
-        ones (first occurrence, evaluation order)."""
-        if self.oracle.pay_once:
-            self.oracle.record_labels(x, v)
-            return self.oracle.take_paid(self.objective.length)
-        self.oracle.record_labels(x, v, num_paid=len(x))
-        self.oracle.take_paid(self.objective.length)
-        _, first = np.unique(x, axis=0, return_index=True)
-        first = np.sort(first)
-        return x[first], v[first]
+    def record0(self, state: GARoundState, data: LabelledData) -> dict[str, Any]:
+        r0 = data.round0
+        return self._record(r0.particles, r0.values, state, float(state.ga_state.best_value))
 
-    def init(self, key: jax.Array) -> tuple[GARoundState, RoundResult]:
-        """Round 0: ``n0`` generations from the mutated copies of the start sequence."""
-        from llome_jax.runner import round0_key
-
-        ga_state, run_key = ga_loop.start(round0_key(key), self._fn, self.x0, self.cfg.ga)
-        state = GARoundState(ga_state, run_key)
-        n0 = self.cfg.initial_generations
-        ga_state, particles, values = self._advance(state, 0, n0)
-        x, v = self._labelled(particles, values)
-        result = self._result(0, ga_state, (particles, values), x, v)
-        return GARoundState(ga_state, run_key, 0), result
-
-    def round(
-        self, state: GARoundState, *, progress: bool = False
-    ) -> tuple[GARoundState, RoundResult | None]:
-        """The next block of generations. Under a label budget (``oracle.limit``) the round
-        ends at the generation that spends it: that generation's particles are labelled up to
-        the budget (:meth:`Oracle.affordable`, evaluation order) and the GA state stays before
-        it, so that a run extended later redraws the same generation and pays only the rest."""
-        r = self.round_index(state) + 1
-        per_round = self.cfg.generations_per_round
-        g = int(state.ga_state.generation)
-        oracle = self.oracle
-        if not oracle.pay_once and (
-            oracle.remaining() is None
-            or oracle.remaining() >= per_round * self.cfg.ga.num_particles
-        ):
-            ga_state, particles, values = self._advance(state, g, g + per_round)
-            x, v = self._labelled(particles, values)
-            new = GARoundState(ga_state, state.run_key, r)
-            return new, self._result(r, ga_state, (particles, values), x, v)
-        budget = self.cfg.round_labels
-        paid_before, ga_state = oracle.num_paid, state.ga_state
-        run_limit = oracle.limit
-        if self.cfg.labels_per_round is not None:  # exactly: the round's cut as the budget's
-            round_limit = paid_before + budget
-            oracle.limit = round_limit if run_limit is None else min(run_limit, round_limit)
-        chunks: list[tuple[np.ndarray, np.ndarray]] = []
-        cut_best = -np.inf  # the best label of a generation cut at the budget
-        for step in range(MAX_GENERATIONS_PER_ROUND * per_round):
-            if oracle.num_paid - paid_before >= budget or oracle.remaining() == 0:
-                break
-            left = oracle.remaining()
-            kept = None  # the state before a generation the budget may end in (_advance donates)
-            if left is not None and left < self.cfg.ga.num_particles:
-                kept = jax.tree.map(jnp.copy, ga_state)
-            current = GARoundState(ga_state, state.run_key, state.round)
-            advanced, particles, values = self._advance(current, g + step, g + step + 1)
-            cut = oracle.affordable(particles)
-            if cut < len(particles):  # the budget ends inside this generation
-                particles, values = particles[:cut], values[:cut]
-                self._record(particles, values)
-                chunks.append((particles, values))
-                cut_best = float(np.max(values, initial=-np.inf))
-                ga_state = kept
-                break
-            self._record(particles, values)
-            ga_state = advanced
-            chunks.append((particles, values))
-        round_full = oracle.remaining() == 0
-        oracle.limit = run_limit
-        x, v = oracle.take_paid(self.objective.length)
-        stop = ""
-        spent = round_full
-        if oracle.pay_once and not spent and oracle.num_paid - paid_before < budget:
-            stop = (
-                f"the GA paid {oracle.num_paid - paid_before} of {budget} labels in "
-                f"{MAX_GENERATIONS_PER_ROUND * per_round} generations (it proposes little new)"
-            )
-        # the cut generation is not in the GA state: a label of it at the optimum stops the run
-        stop = stop or optimum_stop_reason(cut_best, self.objective.optimal_value)
+    def record(
+        self,
+        state: GARoundState,
+        sequences: np.ndarray,
+        values: np.ndarray,
+        data: LabelledData,
+        **asked: Any,
+    ) -> dict[str, Any]:
+        shown = asked.get("asked", [])
         length = self.objective.length
-        proposals = (
-            np.concatenate([c[0] for c in chunks]) if chunks else np.zeros((0, length), np.int32),
-            np.concatenate([c[1] for c in chunks]) if chunks else np.zeros(0),
-        )
-        new = GARoundState(ga_state, state.run_key, r, stop)
-        best = max(float(ga_state.best_value), cut_best)
-        return new, self._result(r, ga_state, proposals, x, v, best=best)
-
-    def _record(self, particles: np.ndarray, values: np.ndarray) -> None:
-        """Register one generation's particles (every one paid under ``every_evaluation``)."""
-        if self.oracle.pay_once:
-            self.oracle.record_labels(particles, values)
-        else:
-            self.oracle.record_labels(particles, values, num_paid=len(particles))
-
-    def round_index(self, state: GARoundState) -> int:
-        return int(state.round)
-
-    def stop_reason(self, state: GARoundState) -> str:
-        best = float(state.ga_state.best_value)
-        return optimum_stop_reason(best, self.objective.optimal_value) or state.stop
-
-    def save(self, manager: Any, state: GARoundState) -> None:
-        r = self.round_index(state)
-        manager.save(r, state, {"round": r, "stop": state.stop})
-
-    def restore(self, manager: Any) -> GARoundState | None:
-        cfg, num_states = self.cfg.ga, self.objective.num_states
-        abstract = jax.eval_shape(  # shapes only: no objective call
-            lambda k: GARoundState(
-                ga.init(k, self.x0, cfg, num_states, 0.0), jax.random.split(k)[1]
-            ),
-            jax.random.key(0),
-        )
-        restored = manager.restore_latest_good(abstract)
-        if restored is None:
-            return None
-        step, state, metadata = restored
-        return dataclasses.replace(state, round=int(step), stop=str(metadata.get("stop", "")))
+        particles = np.concatenate(shown) if shown else np.zeros((0, length), np.int32)
+        labels = data.lookup(particles)
+        best = max(float(state.ga_state.best_value), float(np.max(labels, initial=-np.inf)))
+        return self._record(particles, labels, state, best)
 
     def round0_description(self) -> str:
         return f"GA, {self.cfg.initial_generations} generations of {self.cfg.ga.num_particles}"
 
-    def round_line(self, record: Mapping[str, Any]) -> str:
+    def round_line(self, record: Any) -> str:
         return (
             f"round {record['round']}: {record['num_evaluations']} labels paid, "
             f"{progress_text(record)}, {record['num_generated']} particles"
@@ -347,7 +303,7 @@ def run(
     *,
     objective: Objective | None = None,
     **options: Any,
-) -> RunResult[GARoundState]:
+) -> RunResult[Any]:
     """Run (or resume) the GA into the run directory ``out``: :func:`llome_jax.runner.run` (its
     ``options``: ``resume``, ``progress``, ``max_rounds_this_call``, ``log``, ``extra_config``,
     ``trackers``) with the :class:`GeneticAlgorithm` plug-in, on ``objective`` if given (else

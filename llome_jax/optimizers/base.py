@@ -12,8 +12,17 @@ labels per ``ask``):
 
 ``data`` is a :class:`LabelledData`, what the optimizer knows: round 0's GA archive in the order
 the GA met its sequences (the public start sequence among them, or first when the GA never met
-it), then every label paid since, in the order paid. The optimizer never sees the
-objective; labels come only through the base's :class:`~llome_jax.oracle.Oracle`.
+it), then every label paid since, in the order paid, and a ``lookup`` of labels by sequence (a
+view of the oracle that cannot label). The optimizer never sees the objective; labels come only
+through the base's :class:`~llome_jax.oracle.Oracle`. ``init_state``'s data also holds
+``round0`` (:class:`Round0`: round 0's last GA state, its generation key and every particle it
+evaluated), for a method that continues round 0's GA.
+
+A method that proposes in steps (the GA's generations) sets ``asks_until_paid``: the base then
+asks again within a round, and tells after each ask, until the round's labels are paid
+(``round_labels``), the optimizer returns ``None`` or ``max_asks`` asks are spent (the run then
+stops: it proposes little new). ``ask`` may return a third element, anything it wants
+:meth:`AskTellOptimizer.record` to see (``asked``: one per ask of the round).
 
 The base, written once for every method: round 0 (the shared GA archive:
 ``ga_loop.run_archive(runner.round0_key(key), ...)`` with ``round0_generations`` of
@@ -27,15 +36,17 @@ optimum found, or nothing proposed), checkpoints of the pytree state (orbax) and
 RoundOptimizerBase`), provenance, trackers and the plot (:func:`llome_jax.runner.run`).
 
 Keys: round 0's GA gets ``round0_key(key)``, ``init_state`` ``fold_in(key, 2)``, round ``r``'s
-``ask`` ``fold_in(fold_in(key, 3), r)``; so a resumed run asks with the keys an uninterrupted one
-does. :meth:`AskTellOptimizer.numpy_rng` turns a key into a NumPy generator for host code.
+first ``ask`` ``k_r = fold_in(fold_in(key, 3), r)`` and its ask ``i > 0`` ``fold_in(k_r, i)``; so
+a resumed run asks with the keys an uninterrupted one does. :meth:`AskTellOptimizer.numpy_rng`
+turns a key into a NumPy generator for host code.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, NamedTuple
 
 import jax
@@ -55,6 +66,7 @@ __all__ = [
     "BenchmarkSettings",
     "ContractError",
     "LabelledData",
+    "Round0",
 ]
 
 
@@ -101,6 +113,22 @@ class BenchmarkSettings:
         return configs.to_dict(self)
 
 
+class Round0(NamedTuple):
+    """Round 0's GA, for a method that continues it (``init_state``'s ``data.round0``).
+
+    Attributes:
+      ga_state: the ``ga.GAState`` after its ``n0`` generations.
+      run_key: the key whose split gives every generation its key (``ga_loop.start``).
+      particles: int32 ``[n0 n, L]`` every particle it evaluated, in evaluation order.
+      values: float64 ``[n0 n]`` their labels.
+    """
+
+    ga_state: Any
+    run_key: Any
+    particles: np.ndarray
+    values: np.ndarray
+
+
 class LabelledData(NamedTuple):
     """What an optimizer knows when it asks: round 0's GA archive in the order the GA met its
     sequences (the public start sequence among them, or first), then every label paid since in
@@ -110,11 +138,17 @@ class LabelledData(NamedTuple):
       sequences: int32 ``[N, L]``.
       values: float64 ``[N]`` (``-inf``: infeasible).
       num_states: ``v``, the alphabet size (states ``0 .. v - 1``).
+      lookup: ``lookup(x int [n, L]) -> float64 [n]``, the labels of ``x``'s rows (NaN where
+        unlabelled; the oracle's cache, O(n), labels nothing).
+      round0: :class:`Round0` in ``init_state``'s data (``None`` elsewhere, and when the base
+        asks ``init_state`` for the state's shapes only).
     """
 
     sequences: np.ndarray
     values: np.ndarray
     num_states: int
+    lookup: Callable[[Any], np.ndarray] | None = None
+    round0: Round0 | None = None
 
     @property
     def best(self) -> tuple[np.ndarray, float]:
@@ -129,7 +163,12 @@ def _extended(data: LabelledData, x: np.ndarray, v: np.ndarray) -> LabelledData:
     values = np.concatenate([data.values, np.asarray(v, np.float64)])
     sequences.setflags(write=False)
     values.setflags(write=False)
-    return LabelledData(sequences, values, data.num_states)
+    return LabelledData(sequences, values, data.num_states, data.lookup)
+
+
+def _payload(inner: Any) -> Any:
+    """What a checkpoint holds: the optimizer's state, or a placeholder when it has no arrays."""
+    return inner if jax.tree.leaves(inner) else np.zeros((), np.int32)
 
 
 class ContractError(ValueError):
@@ -160,21 +199,30 @@ class AskTellState:
 class AskTellOptimizer(RoundOptimizerBase):
     """The base of an ask/tell optimizer (module docstring): a subclass sets ``name`` (and
     ``config_class``, ``migrations``) and implements :meth:`ask`; :meth:`init_state`,
-    :meth:`tell` and :meth:`record` are optional.
+    :meth:`tell`, :meth:`record` and :meth:`record0` are optional.
 
     Args:
-      cfg: the configuration (a :class:`BenchmarkSettings` or an extension of it).
+      cfg: the configuration (a :class:`BenchmarkSettings`, an extension of it, or any frozen
+        dataclass with its fields).
       objective: an :class:`~llome_jax.objective.Objective` to optimise instead of
         ``cfg.function``.
     """
 
     #: the configuration dataclass (a :class:`BenchmarkSettings` extension)
     config_class: ClassVar[type] = BenchmarkSettings
+    #: ask again within a round until its labels are paid (a method that proposes in steps)
+    asks_until_paid: ClassVar[bool] = False
+    #: what the stop reason calls its asks (``"generations"`` for the GA)
+    ask_unit: ClassVar[str] = "asks"
 
     def __init__(self, cfg: Any, objective: Objective | None = None) -> None:
-        if not isinstance(cfg, BenchmarkSettings):
+        missing = [
+            f.name for f in dataclasses.fields(BenchmarkSettings) if not hasattr(cfg, f.name)
+        ]
+        if missing:
             raise ValueError(
-                f"{type(self).__name__} needs a BenchmarkSettings configuration; got {type(cfg)}"
+                f"{type(self).__name__} needs a BenchmarkSettings configuration; {type(cfg)} has "
+                f"no {', '.join(missing)}"
             )
         checked = self.checked_objective(cfg, objective, check_ehrlich=True)
         super().__init__(cfg, checked, custom_objective=objective is not None)
@@ -182,13 +230,14 @@ class AskTellOptimizer(RoundOptimizerBase):
 
     # ------------------------------------------------------------------ what a method supplies
     def init_state(self, key: jax.Array, data: LabelledData) -> Any:
-        """The optimizer's state after round 0 (default: none, ``()``)."""
+        """The optimizer's state after round 0 (default: none, ``()``). Its shapes must not
+        depend on ``data`` (``data.round0`` is ``None`` when only the shapes are asked for)."""
         return ()
 
-    def ask(
-        self, key: jax.Array, state: Any, data: LabelledData, num: int
-    ) -> tuple[np.ndarray, Any]:
-        """At most ``num`` new distinct sequences (int ``[m, L]``) to label, and the state."""
+    def ask(self, key: jax.Array, state: Any, data: LabelledData, num: int) -> tuple[Any, ...]:
+        """``(proposals, state)`` or ``(proposals, state, asked)``: at most ``num`` new distinct
+        sequences (int ``[m, L]``) to label (``None``: nothing more this round, with
+        ``asks_until_paid``), the state, and optionally anything :meth:`record` should see."""
         raise NotImplementedError(f"{type(self).__name__} must implement ask")
 
     def tell(
@@ -199,10 +248,36 @@ class AskTellOptimizer(RoundOptimizerBase):
         return state
 
     def record(
-        self, state: Any, sequences: np.ndarray, values: np.ndarray, data: LabelledData
+        self,
+        state: Any,
+        sequences: np.ndarray,
+        values: np.ndarray,
+        data: LabelledData,
+        **asked: Any,
     ) -> dict[str, Any]:
-        """Fields of its own for the round's ``rounds.jsonl`` record (default: none)."""
+        """Fields of its own for the round's ``rounds.jsonl`` record (default: none); they are
+        applied last, so a method may restate a common field over what it generated (the GA's
+        ``mean_regret`` over its particles). ``asked=[...]`` (one per ask) is passed when its
+        asks returned a third element."""
         return {}
+
+    def record0(self, state: Any, data: LabelledData) -> dict[str, Any]:
+        """Fields of its own for round 0's record (``data.round0`` holds round 0's GA)."""
+        return {}
+
+    def round_labels(self) -> tuple[int, bool]:
+        """The labels a round pays and whether its last ask may pay past them (whole steps);
+        default ``(labels_per_round, False)``."""
+        return int(self.cfg.labels_per_round), False
+
+    def max_asks(self) -> int:
+        """Asks a round may make with ``asks_until_paid`` before the run stops (default 100)."""
+        return 100
+
+    def best_of(self, state: Any) -> float:
+        """The best label a restored ``state`` knows, for a checkpoint whose metadata has none
+        (default ``-inf``)."""
+        return float("-inf")
 
     # ------------------------------------------------------------------ helpers for methods
     @staticmethod
@@ -219,23 +294,32 @@ class AskTellOptimizer(RoundOptimizerBase):
             x, v = x[order], v[order]
         x.setflags(write=False)
         v.setflags(write=False)
-        return LabelledData(x, v, int(self.objective.num_states))
+        return LabelledData(x, v, int(self.objective.num_states), self.oracle.lookup)
+
+    @property
+    def display_name(self) -> str:
+        """How stop reasons name the method (``"the GA"``; default its ``name``)."""
+        return self.name or type(self).__name__
 
     # ------------------------------------------------------------------ the round protocol
     def init(self, key: jax.Array) -> tuple[AskTellState, RoundResult]:
-        """Round 0: the shared GA archive, paid once (its distinct sequences, the public start
+        """Round 0: the shared GA (``ga_loop.start`` and ``n0`` generations, what
+        ``ga_loop.run_archive`` computes), its distinct sequences paid once (the public start
         sequence excluded; ``every_evaluation``: ``n0 n``), then :meth:`init_state`."""
         cfg, oracle = self.cfg, self.oracle
-        archive = ga_loop.run_archive(
-            round0_key(key),
-            oracle.cached_objective(),
-            self.x0,
-            cfg.round0_generations,
-            cfg.round0_ga,
+        fn = oracle.cached_objective()
+        ga_state, run_key = ga_loop.start(round0_key(key), fn, self.x0, cfg.round0_ga)
+        keys = ga_loop.generation_keys(run_key, 0, cfg.round0_generations)
+        ga_state, (_, populations, pvalues) = ga_loop.advance(
+            ga_state, keys, fn, cfg.round0_ga, keep_populations=True
         )
-        x, v, _ = archive.to_numpy()
-        x, v = np.asarray(x, np.int32), np.asarray(v, np.float64)
-        num_particles = cfg.round0_generations * cfg.round0_ga.num_particles
+        particles = np.asarray(populations, np.int32).reshape(-1, self.objective.length)
+        pv = np.asarray(pvalues, np.float64).reshape(-1)
+        pv = np.where(np.isfinite(pv), pv, -np.inf)
+        _, first = np.unique(particles, axis=0, return_index=True)
+        first = np.sort(first)  # the archive: first occurrences in evaluation order
+        x, v = particles[first], pv[first]
+        num_particles = len(particles)
         oracle.record_labels(x, v, num_paid=num_particles)
         paid_x, paid_v = oracle.take_paid(self.objective.length)
         if not oracle.pay_once:
@@ -256,57 +340,93 @@ class AskTellOptimizer(RoundOptimizerBase):
         record["frac_unique"] = len(x) / num_particles  # over the GA's proposals
         at = np.flatnonzero((x == np.asarray(self.x0, np.int32)[None]).all(axis=1))
         start_at = int(at[0]) if at.size else 0
-        inner = self.init_state(jax.random.fold_in(key, 2), self.data(start_at))
+        particles.setflags(write=False)
+        pv.setflags(write=False)
+        data = self.data(start_at)._replace(round0=Round0(ga_state, run_key, particles, pv))
+        inner = self.init_state(jax.random.fold_in(key, 2), data)
+        record.update(self.record0(inner, data))
         state = AskTellState(jax.random.fold_in(key, 3), inner, 0, "", best, start_at)
         return state, RoundResult(paid_x, paid_v, record)
 
     def round(
         self, state: AskTellState, *, progress: bool = False
     ) -> tuple[AskTellState, RoundResult | None]:
-        """One round: ``ask`` for at most ``labels_per_round`` (and the labels left under the
-        budget), check and label the proposals, ``tell`` the optimizer, record the round."""
+        """One round: ``ask`` for at most the round's labels (and the labels left under the
+        budget), check and label the proposals, ``tell`` the optimizer; with
+        ``asks_until_paid`` again until the round's labels are paid; then record the round."""
         r = state.round + 1
         oracle, length = self.oracle, self.objective.length
-        num = self.cfg.labels_per_round
-        if (left := oracle.remaining()) is not None:
-            num = min(num, left)
-        data = self.data(state.start_at)
-        proposals, inner = self.ask(jax.random.fold_in(state.key, r), state.inner, data, num)
-        proposals = self._checked(proposals, num)
-        if not len(proposals):
-            stop = f"{self.name} proposed no new sequence"
-            new = dataclasses.replace(state, round=r, inner=inner, stop=stop)
-            return new, None
-        labels = oracle.label(proposals)
-        x, v = oracle.take_paid(length)
-        # what it knows now: the labels before, then this round's paid ones in the order paid
-        # (what the oracle's known() gives; not read from it a second time)
-        after = _extended(data, x, v)
-        inner = self.tell(inner, x, v, after)
+        target, whole = self.round_labels()
+        round_key = jax.random.fold_in(state.key, r)
+        data, inner = self.data(state.start_at), state.inner
+        paid_before = oracle.num_paid
+        proposed: list[tuple[np.ndarray, np.ndarray]] = []
+        paid: list[tuple[np.ndarray, np.ndarray]] = []
+        asked: list[Any] = []
+        stop = ""
+        steps = self.max_asks() if self.asks_until_paid else 1
+        for step in range(steps):
+            left, budget_left = target - (oracle.num_paid - paid_before), oracle.remaining()
+            if left <= 0 or budget_left == 0:
+                break
+            num = sys.maxsize if whole else left
+            if budget_left is not None:
+                num = min(num, budget_left)
+            key = round_key if step == 0 else jax.random.fold_in(round_key, step)
+            out = self.ask(key, inner, data, num)
+            proposals, inner = out[0], out[1]
+            if len(out) > 2:
+                asked.append(out[2])
+            if proposals is None:
+                break
+            proposals = self._checked(proposals, num)
+            if not len(proposals) and not self.asks_until_paid:
+                stop = f"{self.display_name} proposed no new sequence"
+                new = dataclasses.replace(state, round=r, inner=inner, stop=stop)
+                return new, None
+            labels = oracle.label(proposals)
+            x, v = oracle.take_paid(length)
+            # what it knows now: the labels before, then these paid ones in the order paid
+            # (what the oracle's known() gives; not read from it a second time)
+            data = _extended(data, x, v)
+            inner = self.tell(inner, x, v, data)
+            proposed.append((proposals, np.asarray(labels.values, np.float64)))
+            paid.append((x, v))
+        else:
+            spent = oracle.num_paid - paid_before
+            if self.asks_until_paid and spent < target and oracle.remaining() != 0:
+                stop = (
+                    f"{self.display_name} paid {spent} of {target} labels in {steps} "
+                    f"{self.ask_unit} (it proposes little new)"
+                )
+        x = np.concatenate([p[0] for p in paid]) if paid else np.zeros((0, length), np.int32)
+        v = np.concatenate([p[1] for p in paid]) if paid else np.zeros(0)
+        px = np.concatenate([p[0] for p in proposed]) if proposed else x
+        pv = np.concatenate([p[1] for p in proposed]) if proposed else v
         best = max(state.best, float(np.max(v)) if v.size else float("-inf"))
-        values = np.asarray(labels.values, np.float64)
         record = round_metrics(
             r,
-            proposals,
-            values,
-            after.values,
-            num_generated=len(proposals),
+            px,
+            pv,
+            data.values,
+            num_generated=len(px),
             optimal_value=self.objective.optimal_value,
             worst_value=self.objective.worst_value,
             num_evaluations=oracle.num_paid,
-            num_proposals=len(proposals),
+            num_proposals=len(px),
             best_value=best,
-            **self.record(inner, x, v, after),
         )
-        new = AskTellState(state.key, inner, r, "", best, state.start_at)
+        record.update(self.record(inner, x, v, data, **({"asked": asked} if asked else {})))
+        new = AskTellState(state.key, inner, r, stop, best, state.start_at)
         return new, RoundResult(x, v, record)
 
     def _checked(self, proposals: Any, num: int) -> np.ndarray:
         """``proposals`` as int32 ``[m, L]`` after the contract's checks.
 
         Raises:
-          ContractError: not an ``[m, L]`` array of valid states, more than ``num`` rows, a row
-            twice, or a row already labelled.
+          ContractError: not an ``[m, L]`` array of valid states, more than ``num`` rows, or,
+            under ``pay_once``, a row twice or a row already labelled (``every_evaluation``
+            pays every row, repeats included).
         """
         name = self.name or type(self).__name__
         try:
@@ -316,6 +436,8 @@ class AskTellOptimizer(RoundOptimizerBase):
         x = np.asarray(x, np.int32)
         if len(x) > num:
             raise ContractError(f"{name}'s ask returned {len(x)} sequences; it may ask {num}")
+        if not self.oracle.pay_once:
+            return x
         if len(np.unique(x, axis=0)) < len(x):
             raise ContractError(f"{name}'s ask returned a sequence twice")
         if known := int(self.oracle.is_labelled(x).sum()):  # the public start included
@@ -332,29 +454,34 @@ class AskTellOptimizer(RoundOptimizerBase):
         return optimum_stop_reason(state.best, self.objective.optimal_value) or state.stop
 
     def save(self, manager: Any, state: AskTellState) -> None:
+        """A checkpoint of the optimizer's own state (the rounds' key is the seed's: not
+        saved), the base's fields as metadata."""
         r = self.round_index(state)
         metadata = {"round": r, "stop": state.stop, "best": state.best, "start_at": state.start_at}
-        manager.save(r, state, metadata)
+        manager.save(r, _payload(state.inner), metadata)
 
     def restore(self, manager: Any) -> AskTellState | None:
         """The newest readable checkpoint, restored into the shapes :meth:`init_state` gives
-        (called on the start sequence alone: the shapes must not depend on the data)."""
+        (called on the start sequence alone, ``data.round0`` ``None``: the shapes must not
+        depend on the data)."""
         from llome_jax.checkpoint import abstract_like
 
         x0 = np.asarray(self.x0, np.int32)[None]
-        start = LabelledData(x0, np.zeros(1), int(self.objective.num_states))
-        key = jax.random.key(0)
-        abstract = abstract_like(AskTellState(key, self.init_state(key, start)))
-        restored = manager.restore_latest_good(abstract)
+        start = LabelledData(x0, np.zeros(1), int(self.objective.num_states), self.oracle.lookup)
+        inner = self.init_state(jax.random.key(0), start)
+        restored = manager.restore_latest_good(abstract_like(_payload(inner)))
         if restored is None:
             return None
-        step, state, metadata = restored
-        return dataclasses.replace(
-            state,
-            round=int(step),
-            stop=str(metadata.get("stop", "")),
-            best=float(metadata.get("best", float("-inf"))),
-            start_at=int(metadata.get("start_at", 0)),
+        step, payload, metadata = restored
+        inner = payload if jax.tree.leaves(inner) else inner
+        best = metadata.get("best")
+        return AskTellState(
+            jax.random.fold_in(jax.random.key(self.seed), 3),
+            inner,
+            int(step),
+            str(metadata.get("stop", "")),
+            self.best_of(inner) if best is None else float(best),
+            int(metadata.get("start_at", 0)),
         )
 
     def round0_description(self) -> str:
