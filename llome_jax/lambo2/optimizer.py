@@ -40,23 +40,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from llome_jax import configs
+from llome_jax import configs, ga
 from llome_jax.lambo2 import data as lambo_data
 from llome_jax.lambo2 import design as lambo_design
 from llome_jax.lambo2 import model as lambo_model
 from llome_jax.lambo2 import seeds as lambo_seeds
 from llome_jax.lambo2 import train as lambo_train
+from llome_jax.metrics import round_metrics
 from llome_jax.migrations import LAMBO2_MIGRATIONS
 from llome_jax.objective import Objective, as_objective
+from llome_jax.optimizers.base import AskTellOptimizer, AskTellState, LabelledData
 from llome_jax.oracle import check_contract_settings
-from llome_jax.plugin import RoundOptimizerBase
-from llome_jax.runner import (
-    RoundResult,
-    RunResult,
-    optimum_stop_reason,
-    progress_bar,
-    progress_text,
-)
+from llome_jax.runner import RunResult, progress_bar, progress_text, round0_key
 from llome_jax.runner import run as run_rounds
 
 __all__ = [
@@ -70,6 +65,7 @@ __all__ = [
     "initial_fit",
     "lambo2_round",
     "preset",
+    "propose",
     "run",
 ]
 
@@ -138,6 +134,21 @@ class Lambo2Config:
                 raise ValueError(f"{name} must be a positive int, got {value!r}.")
         if not self.alpha > 0:
             raise ValueError(f"alpha must be positive, got {self.alpha!r}.")
+
+    @property
+    def round0_generations(self) -> int:
+        """``ga_generations`` under the name every optimizer's round 0 shares."""
+        return self.ga_generations
+
+    @property
+    def round0_ga(self) -> ga.GAConfig:
+        """Round 0's GA: ``ga_particles`` particles, mutation ``ga_mutation_prob``."""
+        return ga.GAConfig(num_particles=self.ga_particles, mutation_prob=self.ga_mutation_prob)
+
+    @property
+    def labels_per_round(self) -> int:
+        """``num_samples`` under the name every optimizer shares."""
+        return self.num_samples
 
     def model_config(self, num_states: int, length: int) -> lambo_model.ModelConfig:
         return lambo_model.ModelConfig.preset(
@@ -272,6 +283,52 @@ def lambo2_round(
     acceptance).
     """
     objective = as_objective(fn)
+    proposals, seeds, params, metrics = propose(
+        cfg, objective, theta_init, history, round_index, mesh=mesh, progress=progress
+    )
+    screened = np.zeros(len(proposals), bool)
+    if oracle is None:
+        values = np.asarray(objective(proposals), np.float64)
+        new_x, new_y = proposals, values
+    else:
+        if oracle.constraint_queries == "free":
+            screened = ~oracle.feasibility(proposals)
+        # under a label budget the last round labels only what is left (the proposals' order)
+        labelled = np.flatnonzero(~screened)
+        cut = oracle.affordable(proposals[labelled])
+        if cut < len(labelled):
+            keep = int(labelled[cut])
+            proposals, seeds, screened = proposals[:keep], seeds[:keep], screened[:keep]
+        values = np.full(len(proposals), -np.inf)
+        if (~screened).any():
+            values[~screened] = oracle.label(proposals[~screened]).values
+        if oracle.pay_once:
+            new_x, new_y = oracle.take_paid(objective.length)
+        else:
+            oracle.take_paid(objective.length)
+            new_x, new_y = proposals[~screened], values[~screened]
+    metrics = _proposal_metrics(cfg, objective, params, metrics, proposals, seeds, screened)
+    metrics = {"x": proposals, "y": values, "new_x": new_x, "new_y": new_y, **metrics}
+    return history.append(new_x, new_y, round_index), params, metrics
+
+
+def propose(
+    cfg: Lambo2Config,
+    objective: Objective,
+    theta_init: Any,
+    history: History,
+    round_index: int,
+    *,
+    mesh: Any = None,
+    progress: bool = False,
+) -> tuple[np.ndarray, np.ndarray, Any, dict[str, Any]]:
+    """Round ``round_index``'s proposals, before any label: retrain from ``theta_init``, choose
+    the design seeds, design (poli-baselines).
+
+    Returns ``(proposals int [n, L], their seeds int [n, L], fitted params, metrics)``; the
+    metrics hold the round's fit and design statistics and what the record needs to finish
+    them (``"_stats"``, the regressor's standardisation).
+    """
     mc = cfg.model_config(objective.num_states, objective.length)
     k_fit, k_design = jax.random.split(_round_key(cfg, round_index))
     t0 = time.perf_counter()
@@ -298,38 +355,10 @@ def lambo2_round(
         proposals = np.asarray(proposals)
         bar.update(1)
     t2 = time.perf_counter()
-    screened = np.zeros(len(proposals), bool)
-    if oracle is None:
-        values = np.asarray(objective(proposals), np.float64)
-        new_x, new_y = proposals, values
-    else:
-        if oracle.constraint_queries == "free":
-            screened = ~oracle.feasibility(proposals)
-        # under a label budget the last round labels only what is left (the proposals' order)
-        labelled = np.flatnonzero(~screened)
-        cut = oracle.affordable(proposals[labelled])
-        if cut < len(labelled):
-            keep = int(labelled[cut])
-            proposals, seeds, screened = proposals[:keep], seeds[:keep], screened[:keep]
-        values = np.full(len(proposals), -np.inf)
-        if (~screened).any():
-            values[~screened] = oracle.label(proposals[~screened]).values
-        if oracle.pay_once:
-            new_x, new_y = oracle.take_paid(objective.length)
-        else:
-            oracle.take_paid(objective.length)
-            new_x, new_y = proposals[~screened], values[~screened]
-    predicted = lambo_design.member_means(mc, params, stats, proposals).mean(0)
     last = losses[-1]
     ens = mc.ensemble_size
     metrics = {
-        "x": proposals,
-        "y": values,
-        "new_x": new_x,
-        "new_y": new_y,
-        "num_screened_infeasible": int(screened.sum()),
-        "mean_hamming": float((proposals != seeds).mean()),
-        "mean_reward": float(np.mean(np.asarray(predicted))),
+        "_stats": stats,
         "train_loss": float(last.mean()),
         "train_loss_cls": float(last[:ens].mean()),
         "train_loss_reg": float(last[ens : 2 * ens].mean()),
@@ -343,7 +372,30 @@ def lambo2_round(
         "seconds_train": t1 - t0,
         "seconds_design": t2 - t1,
     }
-    return history.append(new_x, new_y, round_index), params, metrics
+    return proposals, seeds, params, metrics
+
+
+def _proposal_metrics(
+    cfg: Lambo2Config,
+    objective: Objective,
+    params: Any,
+    metrics: dict[str, Any],
+    proposals: np.ndarray,
+    seeds: np.ndarray,
+    screened: np.ndarray,
+) -> dict[str, Any]:
+    """:func:`propose`'s metrics finished over the proposals kept (after the budget's cut):
+    screened count, mean Hamming distance to the seeds, mean predicted reward."""
+    mc = cfg.model_config(objective.num_states, objective.length)
+    metrics = dict(metrics)
+    stats = metrics.pop("_stats")
+    predicted = lambo_design.member_means(mc, params, stats, proposals).mean(0)
+    return {
+        "num_screened_infeasible": int(screened.sum()),
+        "mean_hamming": float((proposals != seeds).mean()),
+        "mean_reward": float(np.mean(np.asarray(predicted))),
+        **metrics,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,15 +405,23 @@ def lambo2_round(
 class Lambo2State:
     """What LaMBO-2 carries between rounds: rounds done, ``theta_init`` (the weights the next
     round's fit starts from: ``θ0``, or with ``warm_start`` the last round's fitted weights) and
-    the labelled history."""
+    the labelled history (under ``every_evaluation`` every labelled proposal, repeats
+    included, as poli-baselines appends them). ``pending`` (between an ask and its tell) and
+    ``train_loss`` (round 0's fit) are never checkpointed."""
 
     round: int
     theta_init: Any
     history: History
+    pending: Any = None
+    train_loss: float | None = None
 
 
-class Lambo2(RoundOptimizerBase):
-    """LaMBO-2 as a :class:`~llome_jax.runner.RoundOptimizer` over :class:`Lambo2State`.
+class Lambo2(AskTellOptimizer):
+    """LaMBO-2 as an ask/tell optimizer (:class:`~llome_jax.optimizers.base.AskTellOptimizer`)
+    over :class:`Lambo2State`: round 0 is the base's GA archive (``keys="v1"``: its own key),
+    ``init_state`` the initial fit, ``ask`` fit + design (the round's proposals not labelled
+    yet, at most the labels left), ``tell`` the history; checkpoints hold ``θ`` as arrays and
+    the history in the metadata, as before the base.
 
     Construction validates the configuration and ``objective`` (an
     :class:`~llome_jax.objective.Objective` to optimise instead of ``cfg.function``: one checked
@@ -370,15 +430,15 @@ class Lambo2(RoundOptimizerBase):
 
     name = "lambo2"
     migrations = LAMBO2_MIGRATIONS
+    config_class = Lambo2Config
+    stops_when_nothing_new = False
 
     def __init__(
         self, cfg: Lambo2Config, objective: Objective | None = None, *, mesh: Any = None
     ) -> None:
-        checked = self.checked_objective(cfg, objective)
-        super().__init__(cfg, checked, custom_objective=objective is not None)
+        super().__init__(cfg, objective)
         self.mesh = mesh
-        self.x0 = checked.x0
-        self.mc = cfg.model_config(checked.num_states, checked.length)
+        self.mc = cfg.model_config(self.objective.num_states, self.objective.length)
         if cfg.design.num_mutations > self.mc.length:
             raise ValueError(
                 f"design.num_mutations={cfg.design.num_mutations} edit positions per step exceed "
@@ -401,106 +461,124 @@ class Lambo2(RoundOptimizerBase):
             f"table), {mc.ensemble_size}+{mc.ensemble_size} ensemble members"
         )
 
-    def _ga_evaluations(self) -> int:
-        return self.cfg.ga_generations * self.cfg.ga_particles
+    def round0_ga_key(self, key: jax.Array) -> jax.Array:
+        if self.cfg.keys == "shared":
+            return round0_key(key)
+        return jax.random.fold_in(_round_key(self.cfg, 0), 0)
 
-    def init(self, key: jax.Array) -> tuple[Lambo2State, RoundResult]:
-        """Round 0: the GA archive every optimizer shares (``runner.round0_key``) and the
-        initial fit ``θ0``."""
-        from llome_jax import ga, ga_loop
-        from llome_jax.metrics import round_metrics
-        from llome_jax.runner import round0_key
+    def best_of(self, state: Lambo2State) -> float:
+        return float(np.max(state.history.y))
 
-        cfg = self.cfg
-        ga_config = ga.GAConfig(num_particles=cfg.ga_particles, mutation_prob=cfg.ga_mutation_prob)
-        ga_key = (
-            round0_key(key) if cfg.keys == "shared" else jax.random.fold_in(_round_key(cfg, 0), 0)
-        )
-        archive = ga_loop.run_archive(
-            ga_key,
-            self.oracle.cached_objective(),
-            self.x0,
-            cfg.ga_generations,
-            ga_config,
-        )
-        ax, ay, _ = archive.to_numpy()
-        ay = np.where(np.isfinite(ay), ay, -np.inf)
-        history = History(ax.astype(np.int32), ay.astype(np.float64), np.zeros(len(ay), np.int64))
-        self.oracle.record_labels(history.x, history.y, num_paid=self._ga_evaluations())
-        paid_x, paid_y = self.oracle.take_paid(self.objective.length)
-        if not self.oracle.pay_once:
-            paid_x, paid_y = history.x, history.y
-        theta_init, losses = initial_fit(cfg, self.mc, history)
-        record = round_metrics(
-            0,
-            history.x,
-            history.y,
-            history.y,
-            num_generated=self._ga_evaluations(),
-            optimal_value=self.objective.optimal_value,
-            worst_value=self.objective.worst_value,
-            num_evaluations=self.oracle.num_paid,
-            num_proposals=self._ga_evaluations(),
-            train_loss=float(losses[-1].mean()),
-            best_value=float(np.max(history.y)),
-        )
-        record["frac_unique"] = len(history.y) / self._ga_evaluations()  # over the proposals
-        return Lambo2State(0, theta_init, history), RoundResult(paid_x, paid_y, record)
+    def init_state(self, key: jax.Array, data: LabelledData) -> Lambo2State:
+        """The GA archive as the history (all ``t = 0``; the public start sequence only if the
+        GA met it) and the initial fit ``θ0``."""
+        x, y = np.asarray(data.sequences), np.asarray(data.values)
+        if self.oracle.pay_once:
+            x0 = np.asarray(self.x0, np.int32)
+            met = bool((data.round0.particles == x0[None]).all(axis=1).any())
+            if not met:  # the public start sequence is row 0: not the GA's
+                x, y = x[1:], y[1:]
+        history = History(x.astype(np.int32), y.astype(np.float64), np.zeros(len(y), np.int64))
+        theta_init, losses = initial_fit(self.cfg, self.mc, history)
+        return Lambo2State(0, theta_init, history, train_loss=float(losses[-1].mean()))
 
-    def round(
-        self, state: Lambo2State, *, progress: bool = False
-    ) -> tuple[Lambo2State, RoundResult]:
-        from llome_jax.metrics import round_metrics
+    def record0(self, state: Lambo2State, data: LabelledData) -> dict[str, Any]:
+        return {"train_loss": state.train_loss}
 
+    def ask(
+        self, key: jax.Array, state: Lambo2State, data: LabelledData, num: int
+    ) -> tuple[np.ndarray, Lambo2State, dict[str, Any]]:
+        """Fit and design (:func:`propose`); ``constraint_queries="free"``: infeasible
+        proposals screened out by a counted constraint query; under a label budget the
+        proposals are kept up to the one that would pay past ``num`` (their order). Returns
+        the ones to label: under ``pay_once`` each unlabelled one once, else every one."""
         cfg, r = self.cfg, state.round + 1
-        history, params, metrics = lambo2_round(
-            cfg,
-            self.objective,
-            state.theta_init,
-            state.history,
-            r,
-            mesh=self.mesh,
-            oracle=self.oracle,
-            progress=progress,
+        proposals, seeds, params, metrics = propose(
+            cfg, self.objective, state.theta_init, state.history, r, mesh=self.mesh
         )
-        start_next = params if cfg.warm_start else state.theta_init
-        x, y = metrics.pop("x"), metrics.pop("y")
-        new_x, new_y = metrics.pop("new_x"), metrics.pop("new_y")
-        record = round_metrics(
-            r,
-            x,
+        proposals = np.asarray(proposals, np.int32)
+        screened = np.zeros(len(proposals), bool)
+        if self.oracle.constraint_queries == "free":
+            screened = ~self.oracle.feasibility(proposals)
+        labelled = np.flatnonzero(~screened)
+        if self.oracle.pay_once:
+            new = _first_unlabelled(proposals[labelled], data.lookup)
+            if len(new) > num:  # the labels left end here: keep the proposals before
+                keep = int(labelled[new[num]])
+                proposals, seeds, screened = proposals[:keep], seeds[:keep], screened[:keep]
+                new = new[:num]
+            to_label = proposals[labelled[new]]
+        else:
+            if len(labelled) > num:
+                keep = int(labelled[num])
+                proposals, seeds, screened = proposals[:keep], seeds[:keep], screened[:keep]
+            to_label = proposals[~screened]
+        metrics = _proposal_metrics(
+            cfg, self.objective, params, metrics, proposals, seeds, screened
+        )
+        pending = (proposals, screened, params)
+        return to_label, dataclasses.replace(state, pending=pending), metrics
+
+    def tell(
+        self, state: Lambo2State, sequences: np.ndarray, values: np.ndarray, data: LabelledData
+    ) -> Lambo2State:
+        """The history grows by the labels paid (``every_evaluation``: every labelled
+        proposal); the next fit starts from ``θ0`` (or these weights, ``warm_start``)."""
+        proposals, screened, params = state.pending
+        r = state.round + 1
+        if self.oracle.pay_once:
+            history = state.history.append(sequences, values, r)
+        else:
+            kept = proposals[~screened]
+            history = state.history.append(kept, data.lookup(kept), r)
+        start_next = params if self.cfg.warm_start else state.theta_init
+        return Lambo2State(r, start_next, history, pending=(proposals, screened))
+
+    def record(
+        self,
+        state: Lambo2State,
+        sequences: np.ndarray,
+        values: np.ndarray,
+        data: LabelledData,
+        **asked: Any,
+    ) -> dict[str, Any]:
+        """The common fields over every proposal kept (screened ones at ``-inf``), the history's
+        best, the fit and design statistics."""
+        proposals, screened = state.pending
+        y = np.full(len(proposals), -np.inf)
+        y[~screened] = data.lookup(proposals[~screened])
+        history = state.history
+        common = round_metrics(
+            state.round,
+            proposals,
             y,
             history.y,
-            num_generated=cfg.num_samples,
+            num_generated=self.cfg.num_samples,
             optimal_value=self.objective.optimal_value,
             worst_value=self.objective.worst_value,
-            num_evaluations=self.oracle.num_paid,
-            num_proposals=len(x),
-            best_value=float(np.max(history.y)),
-            **metrics,
         )
-        return Lambo2State(r, start_next, history), RoundResult(new_x, new_y, record)
+        common.pop("round")
+        common.pop("num_evaluations")
+        return {
+            **common,
+            "num_proposals": len(proposals),
+            "best_value": float(np.max(history.y)),
+            **asked["asked"][0],
+        }
 
-    def round_index(self, state: Lambo2State) -> int:
-        return state.round
+    def save(self, manager: Any, state: AskTellState) -> None:
+        """``θ`` as arrays, the history (and the base's fields) in the metadata."""
+        inner = state.inner
+        metadata = {**self.metadata(state), "history": inner.history.to_json()}
+        manager.save(self.round_index(state), inner.theta_init, metadata)
 
-    def stop_reason(self, state: Lambo2State) -> str:
-        """Once a label reaches ``f*`` (as the GA and LLOME stop): nothing is left to find."""
-        return optimum_stop_reason(np.max(state.history.y), self.objective.optimal_value)
-
-    def save(self, manager: Any, state: Lambo2State) -> None:
-        manager.save(
-            state.round,
-            state.theta_init,
-            {"round": state.round, "history": state.history.to_json()},
-        )
-
-    def restore(self, manager: Any) -> Lambo2State | None:
+    def restore(self, manager: Any) -> AskTellState | None:
         restored = manager.restore_latest_good(self.abstract)
         if restored is None:
             return None
         done, theta_init, metadata = restored
-        return Lambo2State(done, theta_init, History.from_json(metadata["history"]))
+        inner = Lambo2State(int(done), theta_init, History.from_json(metadata["history"]))
+        return self.restored_state(done, inner, metadata)
 
     def round0_description(self) -> str:
         return f"GA {self.cfg.ga_generations}x{self.cfg.ga_particles}, initial fit"
@@ -513,6 +591,19 @@ class Lambo2(RoundOptimizerBase):
         )
 
 
+def _first_unlabelled(x: np.ndarray, lookup: Any) -> np.ndarray:
+    """Rows of ``x`` whose sequence is unlabelled, each sequence's first occurrence, in order."""
+    unknown = np.flatnonzero(np.isnan(lookup(x)))
+    seen: set[bytes] = set()
+    first = []
+    for i in unknown:
+        row = x[i].tobytes()
+        if row not in seen:
+            seen.add(row)
+            first.append(int(i))
+    return np.asarray(first, np.int64)
+
+
 def run(
     cfg: Lambo2Config,
     out: str | pathlib.Path,
@@ -520,7 +611,7 @@ def run(
     objective: Objective | None = None,
     mesh: Any = None,
     **options: Any,
-) -> RunResult[Lambo2State]:
+) -> RunResult[AskTellState]:
     """Run (or resume) LaMBO-2 into the run directory ``out``: :func:`llome_jax.runner.run` (its
     ``options``: ``resume``, ``progress``, ``max_rounds_this_call``, ``log``, ``extra_config``,
     ``trackers``) with the :class:`Lambo2` plug-in, on ``objective`` if given (else

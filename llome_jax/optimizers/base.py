@@ -195,6 +195,12 @@ class AskTellState:
     best: float = float("-inf")
     start_at: int = 0
 
+    def __getattr__(self, name: str) -> Any:
+        """The optimizer's own state's attributes (``result.state.history`` of LaMBO-2)."""
+        if name.startswith("__") or name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
 
 class AskTellOptimizer(RoundOptimizerBase):
     """The base of an ask/tell optimizer (module docstring): a subclass sets ``name`` (and
@@ -214,6 +220,9 @@ class AskTellOptimizer(RoundOptimizerBase):
     asks_until_paid: ClassVar[bool] = False
     #: what the stop reason calls its asks (``"generations"`` for the GA)
     ask_unit: ClassVar[str] = "asks"
+    #: a round whose ``ask`` returns no sequence ends the run (``False``: the round is recorded
+    #: with no label and the next one asks again, as LaMBO-2's stochastic design may)
+    stops_when_nothing_new: ClassVar[bool] = True
 
     def __init__(self, cfg: Any, objective: Objective | None = None) -> None:
         missing = [
@@ -274,6 +283,11 @@ class AskTellOptimizer(RoundOptimizerBase):
         """Asks a round may make with ``asks_until_paid`` before the run stops (default 100)."""
         return 100
 
+    def round0_ga_key(self, key: jax.Array) -> jax.Array:
+        """Round 0's GA key from the run key (default ``runner.round0_key``, shared by every
+        method of a seed)."""
+        return round0_key(key)
+
     def best_of(self, state: Any) -> float:
         """The best label a restored ``state`` knows, for a checkpoint whose metadata has none
         (default ``-inf``)."""
@@ -308,7 +322,7 @@ class AskTellOptimizer(RoundOptimizerBase):
         sequence excluded; ``every_evaluation``: ``n0 n``), then :meth:`init_state`."""
         cfg, oracle = self.cfg, self.oracle
         fn = oracle.cached_objective()
-        ga_state, run_key = ga_loop.start(round0_key(key), fn, self.x0, cfg.round0_ga)
+        ga_state, run_key = ga_loop.start(self.round0_ga_key(key), fn, self.x0, cfg.round0_ga)
         keys = ga_loop.generation_keys(run_key, 0, cfg.round0_generations)
         ga_state, (_, populations, pvalues) = ga_loop.advance(
             ga_state, keys, fn, cfg.round0_ga, keep_populations=True
@@ -380,7 +394,7 @@ class AskTellOptimizer(RoundOptimizerBase):
             if proposals is None:
                 break
             proposals = self._checked(proposals, num)
-            if not len(proposals) and not self.asks_until_paid:
+            if not len(proposals) and not self.asks_until_paid and self.stops_when_nothing_new:
                 stop = f"{self.display_name} proposed no new sequence"
                 new = dataclasses.replace(state, round=r, inner=inner, stop=stop)
                 return new, None
@@ -456,9 +470,7 @@ class AskTellOptimizer(RoundOptimizerBase):
     def save(self, manager: Any, state: AskTellState) -> None:
         """A checkpoint of the optimizer's own state (the rounds' key is the seed's: not
         saved), the base's fields as metadata."""
-        r = self.round_index(state)
-        metadata = {"round": r, "stop": state.stop, "best": state.best, "start_at": state.start_at}
-        manager.save(r, _payload(state.inner), metadata)
+        manager.save(self.round_index(state), _payload(state.inner), self.metadata(state))
 
     def restore(self, manager: Any) -> AskTellState | None:
         """The newest readable checkpoint, restored into the shapes :meth:`init_state` gives
@@ -473,7 +485,12 @@ class AskTellOptimizer(RoundOptimizerBase):
         if restored is None:
             return None
         step, payload, metadata = restored
-        inner = payload if jax.tree.leaves(inner) else inner
+        return self.restored_state(step, payload if jax.tree.leaves(inner) else inner, metadata)
+
+    def restored_state(self, step: int, inner: Any, metadata: Mapping[str, Any]) -> AskTellState:
+        """The base's state around a restored ``inner`` (for a method that overrides
+        :meth:`save` / :meth:`restore`): the rounds' key from the seed, the rest from the
+        checkpoint's ``metadata`` (``best`` by :meth:`best_of` when it has none)."""
         best = metadata.get("best")
         return AskTellState(
             jax.random.fold_in(jax.random.key(self.seed), 3),
@@ -483,6 +500,15 @@ class AskTellOptimizer(RoundOptimizerBase):
             self.best_of(inner) if best is None else float(best),
             int(metadata.get("start_at", 0)),
         )
+
+    def metadata(self, state: AskTellState) -> dict[str, Any]:
+        """A checkpoint's metadata: the base's fields."""
+        return {
+            "round": self.round_index(state),
+            "stop": state.stop,
+            "best": state.best,
+            "start_at": state.start_at,
+        }
 
     def round0_description(self) -> str:
         return (
