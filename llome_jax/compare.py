@@ -10,7 +10,25 @@ its runs.
     runs = load_runs(["runs/marge_s0", "runs/marge_s1", "GA=runs/ga_round_*"])
     rows = summarise(runs, budget=common_budget(runs))
 
-``llome-jax compare`` is the command line around it (a plot, ``curves.csv``, ``summary.csv``).
+Two more readings of the same runs (issue 66):
+
+* **Cumulative regret** (``metric="cumulative_regret"``): holo-bench's ranking measure
+  (``scripts/benchmark_optimizer.py`` adds the best-so-far simple regret after every optimizer
+  step; its GA sweeps minimise it), counted per label: ``CR(N) = sum_{i = n_0 + 1}^{N} r*(i)``
+  with ``r*(i)`` the min regret after ``i`` labels (the curve's step function, so a run with
+  label resolution is summed exactly, a run of round ends with each round's value carried to
+  the next round end: an upper bound) and ``n_0`` the labels of round 0 (before its end no run
+  has a value; with ``--after-round-0``, ``n_0 = 0`` on the shifted axis, the same sum). It
+  rewards reaching low regret early, not only being low at the budget; a run that stopped
+  early adds its last value per label (0 once at the optimum).
+* **Wall-clock** (``axis="wall_clock"``): each run's cumulative ``seconds`` of its
+  ``rounds.jsonl`` records (the round driver times every round, round 0 included); read at
+  ``T`` seconds, a run gives its metric at the last round that ended by ``T``. Seconds depend
+  on the machine and its load: the command names each run's device
+  (``config.json``'s provenance) and the load is for the reader to state.
+
+``llome-jax compare`` is the command line around it (a plot, ``curves.csv``, ``summary.csv``;
+``--metric cumulative-regret``, ``--x wall-clock``).
 """
 
 from __future__ import annotations
@@ -27,9 +45,13 @@ import numpy as np
 from llome_jax.stats import bootstrap_interval
 
 __all__ = [
+    "AXES",
+    "METRICS",
     "Run",
     "SummaryRow",
     "common_budget",
+    "cumulative_curve",
+    "cumulative_regret_at",
     "curve_at",
     "extended",
     "labels_read",
@@ -38,7 +60,13 @@ __all__ = [
     "problem_text",
     "summarise",
     "value_at",
+    "wall_clock_curve",
 ]
+
+#: what a summary reads: the run's own (``min_regret`` or ``best_value``) or the cumulative regret
+METRICS = ("min_regret", "best_value", "cumulative_regret")
+#: the budget's axis: labels paid, or wall-clock seconds (``rounds.jsonl``'s ``seconds``)
+AXES = ("labels", "wall_clock")
 
 _OPTIMIZER_LABELS = {"ga": "GA", "lambo2": "LaMBO-2"}
 _LOSS_LABELS = {"sft": "SFT", "marge": "MargE", "dpo": "DPO", "reinforce": "REINFORCE"}
@@ -69,6 +97,13 @@ class Run:
     exact: bool = False
     #: why the run ended early ("" when it did not: finished its rounds or budget, or running)
     stop_reason: str = ""
+    #: float ``[R]`` cumulative wall-clock seconds at each round end (``rounds.jsonl``'s
+    #: ``seconds`` summed, round 0 included); ``None`` when a round lacks them
+    clock: np.ndarray | None = None
+    #: float ``[R]`` labels paid at each round end (the wall-clock axis' label counts)
+    clock_labels: np.ndarray | None = None
+    #: the device the run's last session ran on (``config.json``'s provenance), e.g. ``"cpu x1"``
+    machine: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +115,7 @@ class SummaryRow:
     (:func:`llome_jax.stats.bootstrap_interval`, 10,000 resamples, seed 0)."""
 
     label: str
-    budget: int
+    budget: float
     metric: str
     per_run: tuple[float, ...]
     median: float
@@ -91,6 +126,8 @@ class SummaryRow:
     labels: tuple[int, ...] = ()
     ci_low: float = math.nan
     ci_high: float = math.nan
+    #: the budget's axis (:data:`AXES`): ``budget`` in labels or in seconds
+    axis: str = "labels"
 
 
 def method_label(config: dict[str, Any]) -> str:
@@ -210,9 +247,33 @@ def load_runs(arguments: Sequence[str], *, allow_mixed: bool = False) -> list[Ru
             metric,
             directory.label_steps(metric) is not None,
             directory.stop_reason(),
+            *_clock(records),
+            _machine(directory.config()),
         )
-        for label, directory, problem, _ in loaded
+        for label, directory, problem, records in loaded
     ]
+
+
+def _clock(records: Sequence[dict[str, Any]]) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``(cumulative seconds, labels)`` at each round end, or ``(None, None)`` when a round
+    lacks ``seconds`` or ``num_evaluations``."""
+    if not records or any(
+        r.get("seconds") is None or r.get("num_evaluations") is None for r in records
+    ):
+        return None, None
+    seconds = np.cumsum([float(r["seconds"]) for r in records])
+    return seconds, np.asarray([float(r["num_evaluations"]) for r in records])
+
+
+def _machine(config: dict[str, Any]) -> str:
+    """``"<device kind> x<devices>"`` of the run's last session (``config.json``'s
+    ``provenance``), ``""`` when not recorded."""
+    sessions = config.get("provenance") or []
+    if not sessions or not isinstance(sessions[-1], dict):
+        return ""
+    last = sessions[-1]
+    kind = last.get("device_kind") or last.get("backend") or ""
+    return f"{kind} x{last['devices']}" if kind and last.get("devices") else str(kind)
 
 
 def curve_at(
@@ -238,28 +299,127 @@ def curve_at(
     return float(within.min() if metric == "min_regret" else within.max())
 
 
-def value_at(run: Run, budget: float) -> float:
-    """The run's metric after at most ``budget`` labels: :func:`curve_at` of its curve (its best
-    value over the points within the budget; NaN when none is)."""
+def cumulative_regret_at(
+    evaluations: Sequence[float] | np.ndarray, values: Sequence[float] | np.ndarray, budget: float
+) -> float:
+    """holo-bench's cumulative regret per label (module docstring): ``sum_{i = n_0 + 1}^{N}
+    r*(i)`` for ``N = floor(budget)``, ``n_0`` the curve's first label count and ``r*(i)`` the
+    lowest of the min-regret curve's values at points with ``labels <= i`` (the last value is
+    carried past the curve's end). 0.0 at ``N = n_0``, NaN for ``N < n_0``.
+
+    Example (hand-derived: labels 11-14 at 0.5, 15-20 at 0.25):
+      >>> cumulative_regret_at([10, 15], [0.5, 0.25], 20)
+      3.5
+    """
+    x = np.asarray(evaluations, np.float64)
+    y = np.minimum.accumulate(np.asarray(values, np.float64))
+    n = math.floor(budget)
+    if x.size == 0 or n < x[0]:
+        return math.nan
+    total = 0.0
+    for j in range(x.size):
+        first = max(x[j], x[0] + 1)  # the value of point j holds from label x_j on ...
+        last = min(x[j + 1] - 1 if j + 1 < x.size else math.inf, n)  # ... until the next point
+        if last >= first:
+            total += y[j] * (last - first + 1)
+    return float(total)
+
+
+def cumulative_curve(run: Run) -> tuple[np.ndarray, np.ndarray]:
+    """``(labels, cumulative regret)`` at each point of the run's min-regret curve
+    (:func:`cumulative_regret_at`; piecewise linear between them)."""
+    if run.metric != "min_regret":
+        raise ValueError(_NO_REGRET)
+    values = [cumulative_regret_at(run.evaluations, run.values, x) for x in run.evaluations]
+    return run.evaluations, np.asarray(values)
+
+
+def wall_clock_curve(run: Run, metric: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(seconds, metric)`` at each round end: the run's cumulative wall-clock seconds and its
+    metric at that round's label count (``metric``: :data:`METRICS`, default the run's).
+
+    Raises:
+      ValueError: the run's rounds do not record ``seconds``.
+    """
+    clock, labels = _require_clock(run)
+    return clock, np.asarray([value_at(run, n, metric) for n in labels])
+
+
+_NO_REGRET = (
+    "cumulative regret needs the min regret, i.e. a known optimum (an objective with "
+    "optimal_value); these runs record only best_value"
+)
+
+
+def _require_clock(run: Run) -> tuple[np.ndarray, np.ndarray]:
+    if run.clock is None or run.clock_labels is None:
+        raise ValueError(
+            f"{run.path}: its rounds.jsonl records lack 'seconds' (or 'num_evaluations'), so it "
+            "has no wall-clock axis; compare it by labels"
+        )
+    return run.clock, run.clock_labels
+
+
+def _round_at(run: Run, seconds: float) -> int | None:
+    """The last round whose end came by ``seconds`` (``None``: round 0 ended later)."""
+    clock, _ = _require_clock(run)
+    within = np.flatnonzero(clock <= seconds)
+    return int(within[-1]) if within.size else None
+
+
+def value_at(run: Run, budget: float, metric: str | None = None, axis: str = "labels") -> float:
+    """The run's metric after at most ``budget`` labels (``axis="labels"``) or seconds
+    (``axis="wall_clock"``: at the labels of the last round that ended by then; NaN when round
+    0 ended later). ``metric`` (:data:`METRICS`, default the run's): :func:`curve_at` of its
+    curve (its best value over the points within the budget; NaN when none is), or
+    ``"cumulative_regret"`` (:func:`cumulative_regret_at`).
+
+    Raises:
+      ValueError: an unknown metric or axis, cumulative regret of runs without regret, or the
+        wall-clock axis of a run without ``seconds``.
+    """
+    metric = run.metric if metric is None else metric
+    if metric not in METRICS or axis not in AXES:
+        raise ValueError(f"metric must be one of {METRICS} and axis one of {AXES}")
+    if axis == "wall_clock":
+        k = _round_at(run, budget)
+        if k is None:
+            return math.nan
+        return value_at(run, float(run.clock_labels[k]), metric)  # type: ignore[index]
+    if metric == "cumulative_regret":
+        if run.metric != "min_regret":
+            raise ValueError(_NO_REGRET)
+        return cumulative_regret_at(run.evaluations, run.values, budget)
+    if metric != run.metric:
+        raise ValueError(f"the runs record {run.metric}, not {metric}")
     return curve_at(run.evaluations, run.values, budget, run.metric)
 
 
-def labels_read(run: Run, budget: float) -> int:
+def labels_read(run: Run, budget: float, axis: str = "labels") -> int:
     """The label count :func:`value_at` reads ``run`` at: ``budget`` itself for an exact curve
     that reached it, else the last round end within it (its final count for a run that ended
-    before; 0 when no round ended within it)."""
+    before; 0 when no round ended within it). On the wall-clock axis: the labels of the last
+    round that ended by ``budget`` seconds (0 when none did)."""
+    if axis == "wall_clock":
+        k = _round_at(run, budget)
+        return 0 if k is None else int(run.clock_labels[k])  # type: ignore[index]
     within = run.evaluations[run.evaluations <= budget]
     if run.exact and run.evaluations[-1] >= budget:
         return int(budget)
     return int(within.max()) if within.size else 0
 
 
-def common_budget(runs: Sequence[Run]) -> int:
+def common_budget(runs: Sequence[Run], axis: str = "labels") -> float:
     """The default budget: the largest label count every run that did not stop early has
     reached (the smallest of their final ``num_evaluations``; a run that stopped early keeps
     its final value at any budget), raised to the largest round 0 if that is more, so that no
     run reads n/a (a run still short of it is read at its last round and counted in
-    ``ended_before``)."""
+    ``ended_before``). An int; on the wall-clock axis the same in seconds (a float)."""
+    if axis == "wall_clock":
+        ends = [_require_clock(run)[0] for run in runs]
+        going = [c[-1] for c, run in zip(ends, runs) if not run.stop_reason]
+        budget = min(going) if going else max(c[-1] for c in ends)
+        return float(max(budget, max(c[0] for c in ends)))
     going = [run.evaluations[-1] for run in runs if not run.stop_reason]
     budget = min(going) if going else max(run.evaluations[-1] for run in runs)
     return int(max(budget, max(run.evaluations[0] for run in runs)))
@@ -269,8 +429,14 @@ def after_round0(run: Run) -> Run:
     """The run with its label axis counted from the end of its round 0 (the curve's first
     point, the round-0 record of ``rounds.jsonl``): read at ``N`` it gives the value after
     exactly ``N`` labels paid after round 0, the paper driver's reading. Runs whose round 0
-    differs in size (one per seed) are then compared at equal labels after it."""
-    return dataclasses.replace(run, evaluations=run.evaluations - run.evaluations[0])
+    differs in size (one per seed) are then compared at equal labels after it. The wall-clock
+    axis likewise counts seconds after round 0."""
+    shifted = dataclasses.replace(run, evaluations=run.evaluations - run.evaluations[0])
+    if run.clock is None or run.clock_labels is None:
+        return shifted
+    return dataclasses.replace(
+        shifted, clock=run.clock - run.clock[0], clock_labels=run.clock_labels - run.evaluations[0]
+    )
 
 
 def extended(run: Run, until: float) -> tuple[np.ndarray, np.ndarray]:
@@ -281,23 +447,30 @@ def extended(run: Run, until: float) -> tuple[np.ndarray, np.ndarray]:
     return np.append(run.evaluations, until), np.append(run.values, run.values[-1])
 
 
-def summarise(runs: Sequence[Run], budget: float) -> list[SummaryRow]:
-    """One :class:`SummaryRow` per label (in order of first appearance) at ``budget`` labels."""
+def summarise(
+    runs: Sequence[Run], budget: float, metric: str | None = None, axis: str = "labels"
+) -> list[SummaryRow]:
+    """One :class:`SummaryRow` per label (in order of first appearance) at ``budget`` labels
+    (or seconds, ``axis="wall_clock"``) of ``metric`` (:data:`METRICS`; default the runs'
+    own)."""
+    metric = runs[0].metric if metric is None else metric
     labels = list(dict.fromkeys(run.label for run in runs))
     rows = []
     for label in labels:
         group = [run for run in runs if run.label == label]
-        values = tuple(value_at(run, budget) for run in group)
+        values = tuple(value_at(run, budget, metric, axis) for run in group)
         finite = np.asarray([v for v in values if not math.isnan(v)], np.float64)
         stats = (
             (float(np.median(finite)), float(finite.min()), float(finite.max()))
             if finite.size
             else (math.nan, math.nan, math.nan)
         )
-        ended = sum(run.evaluations[-1] < budget for run in group)
-        read = tuple(labels_read(run, budget) for run in group)
+        if axis == "wall_clock":
+            ended = sum(_require_clock(run)[0][-1] < budget for run in group)
+        else:
+            ended = sum(run.evaluations[-1] < budget for run in group)
+        read = tuple(labels_read(run, budget, axis) for run in group)
         low, high = bootstrap_interval(finite)
-        rows.append(
-            SummaryRow(label, int(budget), runs[0].metric, values, *stats, ended, read, low, high)
-        )
+        size = float(budget) if axis == "wall_clock" else int(budget)
+        rows.append(SummaryRow(label, size, metric, values, *stats, ended, read, low, high, axis))
     return rows

@@ -355,8 +355,13 @@ jax.tree_util.register_pytree_node(Objective, lambda o: ((), o), lambda o, _: o)
 # ---------------------------------------------------------------------------------------------
 def ehrlich_objective(function: str, instance_seed: int | None = None) -> Objective:
     """The objective of a CLI function spec (``cfg.function``): ``ehrlich.resolve_function``
-    with its start sequence ``ehrlich.resolve_initial_solution``, named ``function``."""
+    with its start sequence ``ehrlich.resolve_initial_solution``, named ``function``; a Rough
+    Mt. Fuji name gives ``llome_jax.rough_mt_fuji.rmf_objective``."""
     from llome_jax import ehrlich
+    from llome_jax.rough_mt_fuji.instances import is_rmf_name, rmf_objective
+
+    if is_rmf_name(function):
+        return rmf_objective(function, instance_seed)
 
     fn = ehrlich.resolve_function(function, instance_seed)
     x0 = ehrlich.resolve_initial_solution(function, instance_seed)

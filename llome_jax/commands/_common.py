@@ -82,7 +82,8 @@ def add_run_arguments(
     problem.add_argument(
         "--function",
         default=None,
-        help=f"f1..f4, a paper Ehr name, or 'Ehr(v,L)-c-k-q' with --instance-seed (default: "
+        help=f"f1..f4, a paper Ehr name, 'Ehr(v,L)-c-k-q' with --instance-seed, or Rough Mt. "
+        f"Fuji: 'RMF(256)' (holo's) or 'RMF(L)' with --instance-seed (default: "
         f"{default_function})",
     )
     parser.add_argument(

@@ -153,10 +153,16 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from llome_jax import ehrlich
+    from llome_jax.rough_mt_fuji import is_rmf_name
 
     if args.ehrlich_command == "list":
         print(list_text())
         return 0
+    if is_rmf_name(args.function):
+        raise ValueError(
+            f"{args.function!r} is a Rough Mt. Fuji function, not an Ehrlich one "
+            "(docs/howto/rough-mt-fuji.md)"
+        )
     fn = ehrlich.resolve_function(args.function, args.instance_seed)
     if args.ehrlich_command == "describe":
         info = describe_instance(fn)

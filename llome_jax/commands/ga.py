@@ -168,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
     from llome_jax import ehrlich, ga, ga_loop
     from llome_jax.files import atomic_write_text
     from llome_jax.plotting import plot_regret_curves
+    from llome_jax.rough_mt_fuji import is_rmf_name
     from llome_jax.rundir import RunDirectory
 
     if args.rounds is not None or args.resume or getattr(args, "budget", None) is not None:
@@ -194,6 +195,11 @@ def run(args: argparse.Namespace) -> int:
     check_out(args.out)
     defaults = ga.GAConfig()
     args.function = "f2" if args.function is None else args.function
+    if is_rmf_name(args.function):
+        raise ValueError(
+            "the many-seeds mode reads regret as 1 - f (an Ehrlich function); run Rough Mt. "
+            "Fuji in round mode: pass --rounds"
+        )
     args.seed = 0 if args.seed is None else args.seed
     args.seeds = 8 if args.seeds is None else args.seeds
     args.generations = 1000 if args.generations is None else args.generations

@@ -1,4 +1,7 @@
-"""A pytorch-holo-shaped facade over :mod:`llome_jax.ehrlich`: a drop-in for holo's ``Ehrlich``.
+"""pytorch-holo-shaped facades: drop-ins for holo's ``Ehrlich`` and ``RoughMtFuji``.
+
+:class:`RoughMtFuji` (at the end of this module) wraps :mod:`llome_jax.rough_mt_fuji`; what
+follows first is :class:`Ehrlich`, over :mod:`llome_jax.ehrlich`.
 
 ``Ehrlich(num_states, dim, num_motifs, motif_length, quantization=None, epistasis_factor=0.0,
 noise_std=0.0, negate=False, random_seed=0)`` mirrors ``holo.test_functions.closed_form.Ehrlich``
@@ -40,8 +43,9 @@ import jax
 import numpy as np
 
 from llome_jax import ehrlich as _ehrlich
+from llome_jax import rough_mt_fuji as _rmf
 
-__all__ = ["Ehrlich", "HoloSeedWarning"]
+__all__ = ["Ehrlich", "HoloSeedWarning", "RoughMtFuji"]
 
 Backend = Literal["torch", "numpy"]
 
@@ -353,3 +357,227 @@ def _tokens(X: Any, num_states: int) -> Any:
             f"when every entry is an exact integer, got {bad!r}."
         )
     return tokens
+
+
+# ---------------------------------------------------------------------------------------------
+# Rough Mt. Fuji
+# ---------------------------------------------------------------------------------------------
+class RoughMtFuji:
+    """holo's ``RoughMtFuji`` (pytorch-holo 0.0.5), backed by the jitted JAX evaluator.
+
+    ``RoughMtFuji(dim=2, additive_term=0.25, random_term_std=1.0, noise_std=0.0, negate=False,
+    random_seed=0)`` is holo's constructor. **The instance** is holo's, bit for bit, whenever it
+    can be: the shipped one (``dim=256, additive_term=0.25, random_term_std=1.0,
+    random_seed=0``, the authors' configuration) without torch; any other with torch installed,
+    drawn as holo draws it (``torch.Generator().manual_seed(random_seed)``: ``randint(0, 2, (1,
+    dim))`` then ``randn(1, dim) * random_term_std``; exact for the installed torch). Without
+    torch another instance is sampled with JAX's PRNG (:func:`llome_jax.rough_mt_fuji.make`)
+    and a :class:`HoloSeedWarning` says so.
+
+    **Values** (``evaluate_true``, ``forward``) are holo's float32 bit for bit
+    (:mod:`llome_jax.rough_mt_fuji.function`), ``-f`` with ``negate=True``; noise draws from
+    torch's global generator (torch backend) or JAX's (NumPy backend). ``initial_solution`` and
+    ``random_solution`` draw ``torch.randint(2, (n, dim))`` from torch's global generator as holo
+    does (so ``torch.manual_seed(s)`` first gives holo's draws); the NumPy backend draws with
+    JAX's PRNG. Backends and input rules are :class:`Ehrlich`'s.
+
+    Attributes (torch backend; NumPy backend in brackets): ``num_states`` (2), ``dim``,
+    ``centroids`` int64 ``[1, L]`` [int32], ``_random_term`` float32 ``[1, L]``, ``bounds``
+    float64 ``[2, L]`` (rows 0 and 1), ``categorical_inds``, ``noise_std``, ``negate``,
+    ``optimal_value``, ``num_objectives``; ``fn``: the wrapped
+    :class:`llome_jax.rough_mt_fuji.RoughMtFuji`.
+    """
+
+    num_states = 2
+    num_centroids = 1
+    num_objectives = 1
+
+    def __init__(
+        self,
+        dim: int = 2,
+        additive_term: float = 0.25,
+        random_term_std: float = 1.0,
+        noise_std: float = 0.0,
+        negate: bool = False,
+        random_seed: int = 0,
+        *,
+        backend: Backend | None = None,
+    ) -> None:
+        """holo's constructor (``backend`` as :class:`Ehrlich`'s).
+
+        Raises:
+          ValueError: ``dim < 1``, a negative or non-finite term, or an unknown ``backend``.
+        """
+        torch = _resolve_backend(backend)
+        config = _rmf.RMFConfig(dim, additive_term, random_term_std)
+        self._init(
+            _holo_rmf(config, int(random_seed), torch), noise_std, negate, random_seed, torch
+        )
+
+    @classmethod
+    def from_instance(
+        cls,
+        fn: _rmf.RoughMtFuji,
+        noise_std: float = 0.0,
+        negate: bool = False,
+        random_seed: int = 0,
+        *,
+        backend: Backend | None = None,
+    ) -> RoughMtFuji:
+        """Wrap an existing instance (e.g. ``llome_jax.rough_mt_fuji.reference_function()``)."""
+        self = cls.__new__(cls)
+        self._init(fn, noise_std, negate, random_seed, _resolve_backend(backend))
+        return self
+
+    def _init(
+        self,
+        fn: _rmf.RoughMtFuji,
+        noise_std: float,
+        negate: bool,
+        random_seed: int,
+        torch: ModuleType | None,
+    ) -> None:
+        self.fn = fn
+        self.dim = fn.config.dim
+        self.noise_std = float(noise_std)
+        self.negate = bool(negate)
+        self._random_seed = int(random_seed)
+        self._additive_term = fn.config.additive_term
+        self._random_term_std = fn.config.random_term_std
+        self.categorical_inds = list(range(self.dim))
+        self.continuous_inds: list[int] = []
+        self.discrete_inds: list[int] = []
+        self._key = jax.random.key(random_seed)
+        self._calls = 0
+        self._torch = torch
+        self._device: Any = None
+        centroid = np.asarray(fn.centroid).reshape(1, -1)
+        random_term = np.asarray(fn.random_term, np.float32).reshape(1, -1)
+        bounds = np.asarray([(0.0, 1.0)] * self.dim, np.float64).T
+        if torch is None:
+            self.centroids: Any = centroid.astype(np.int32)
+            self._random_term: Any = random_term
+            self.bounds: Any = bounds
+            return
+        self.centroids = torch.from_numpy(centroid.astype(np.int64))
+        self._random_term = torch.from_numpy(random_term.copy())
+        self.bounds = torch.from_numpy(bounds.copy())
+
+    @property
+    def optimal_value(self) -> float:
+        """holo's: ``f(optimal_solution())``, negated with ``negate``."""
+        value = _rmf.optimal_value(self.fn)
+        return -value if self.negate else value
+
+    def to(self, device: Any = None, dtype: Any = None) -> RoughMtFuji:
+        """holo's ``to``: ``centroids`` to ``device`` and ``dtype``, ``_random_term`` to
+        ``device``; results are placed on ``device``. Values are unchanged (float32).
+
+        Raises:
+          ValueError: a device other than the CPU with the NumPy backend.
+        """
+        if self._torch is None:
+            if device is not None and str(device) != "cpu":
+                raise ValueError(
+                    f"the NumPy backend lives on the CPU, got device={device!r}: install torch "
+                    "(or pass backend='torch') for device placement."
+                )
+            if dtype is not None:
+                self.centroids = self.centroids.astype(dtype)
+            return self
+        self.centroids = self.centroids.to(device=device, dtype=dtype)
+        self._random_term = self._random_term.to(device=device)
+        self.bounds = self.bounds.to(device=device)
+        if device is not None:
+            self._device = self._torch.device(device)
+        return self
+
+    def evaluate_true(self, X: Any) -> Any:
+        """Noise-free values: float32 ``[...]`` for ``X`` ``[..., L]`` (0/1 integers, or floats
+        holding them)."""
+        values = np.asarray(_rmf.evaluate(self.fn, _tokens(X, self.num_states)))
+        return self._out(values, X)
+
+    def forward(self, X: Any, noise: bool = True) -> Any:
+        """holo's ``forward``: float32 ``[...]``, noisy if ``noise_std > 0``, negated if
+        ``negate``."""
+        values = np.asarray(_rmf.evaluate(self.fn, _tokens(X, self.num_states)), np.float32)
+        if noise and self.noise_std > 0:
+            if self._torch is not None:
+                draw = self._torch.randn(values.shape).numpy()
+            else:
+                draw = np.asarray(jax.random.normal(self._next_key(), values.shape))
+            values = (values + np.float32(self.noise_std) * draw).astype(np.float32)
+        return self._out(-values if self.negate else values, X)
+
+    __call__ = forward
+
+    def initial_solution(self, n: int = 1) -> Any:
+        """holo's: :meth:`random_solution` (holo resets only its instance generator, which the
+        draw does not use); ``[L]`` for ``n == 1`` else ``[n, L]``."""
+        return self.random_solution(n)
+
+    def random_solution(self, n: int = 1) -> Any:
+        """``n`` uniform binary sequences, ``[L]`` for ``n == 1`` else ``[n, L]``: torch's global
+        generator (torch backend, as holo) or JAX's PRNG (NumPy backend)."""
+        if self._torch is not None:
+            samples = self._torch.randint(self.num_states, (n, self.dim))
+            samples = samples if self._device is None else samples.to(self._device)
+            return samples.squeeze(0) if n == 1 else samples
+        samples = np.asarray(_rmf.random_solution(self._next_key(), self.fn, n))
+        return samples[0] if n == 1 else samples
+
+    def optimal_solution(self) -> Any:
+        """holo's optimum, shape ``[1, L]`` as holo's (int64 torch / int32 NumPy)."""
+        solution = np.asarray(_rmf.optimal_solution(self.fn)).reshape(1, -1)
+        if self._torch is None:
+            return solution
+        return self._tensor(solution.astype(np.int64))
+
+    def _next_key(self) -> jax.Array:
+        self._calls += 1
+        return jax.random.fold_in(self._key, self._calls)
+
+    def _out(self, values: np.ndarray, like: Any) -> Any:
+        if _is_torch_tensor(like):
+            return sys.modules["torch"].from_numpy(np.array(values)).to(like.device)
+        if self._torch is None:
+            return values
+        return self._tensor(values)
+
+    def _tensor(self, array: np.ndarray) -> Any:
+        tensor = self._torch.from_numpy(np.array(array))
+        return tensor if self._device is None else tensor.to(self._device)
+
+    def __repr__(self) -> str:
+        """holo's format."""
+        return (
+            f"RoughMtFuji(num_states={self.num_states}, dim={self.dim}, "
+            f"additive_term={self._additive_term}, random_term={self._random_term}, "
+            f"random_term_std={self._random_term_std}, centroids={self.centroids}, "
+            f"noise_std={self.noise_std}, negate={self.negate}, "
+            f"random_seed={self._random_seed})"
+        )
+
+
+def _holo_rmf(config: _rmf.RMFConfig, seed: int, torch: ModuleType | None) -> _rmf.RoughMtFuji:
+    """holo's instance of ``config`` and ``seed``: the shipped data, else torch's draw (torch
+    importable, whatever the backend), else JAX's sample with a :class:`HoloSeedWarning`."""
+    record = _rmf.shipped_record(config.name)
+    if record is not None and record["random_seed"] == seed:
+        return _rmf.resolve_function(config.name)
+    torch = torch or _find_torch()
+    if torch is not None:
+        generator = torch.Generator().manual_seed(seed)
+        centroids = torch.randint(0, 2, (1, config.dim), generator=generator)
+        random_term = torch.randn(1, config.dim, generator=generator) * config.random_term_std
+        return _rmf.from_holo(centroids, random_term, config.additive_term, config.random_term_std)
+    warnings.warn(
+        f"RoughMtFuji(dim={config.dim}, random_seed={seed}) without torch samples its instance "
+        "with JAX's PRNG: it is not the instance pytorch-holo builds for the same seed (only "
+        f"{', '.join(_rmf.shipped_names())} with random_seed=0 is shipped). Install torch for "
+        "holo's instance.",
+        HoloSeedWarning,
+        stacklevel=3,
+    )
+    return _rmf.make(jax.random.key(seed), config)

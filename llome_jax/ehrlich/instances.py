@@ -166,11 +166,19 @@ def resolve_function(spec: str, instance_seed: int | None = None) -> Ehrlich:
     * any ``Ehr(v,L)-c-k-q`` name with ``instance_seed``: ``make(jax.random.key(seed), config)``;
     * a ``.json`` file written by ``Ehrlich.to_json`` / ``llome-jax ehrlich describe --json``.
 
+    * a Rough Mt. Fuji name (``rmf``, ``RMF(L)``, ``RMF(L,a,sigma)``): its
+      :class:`~llome_jax.rough_mt_fuji.RoughMtFuji` instance
+      (:func:`llome_jax.rough_mt_fuji.resolve_function`; not an Ehrlich instance).
+
     Raises:
       ValueError: for an unknown name, an Ehr name that is neither shipped nor seeded, or an
         ``instance_seed`` outside ``[0, 2**31)`` (:func:`check_instance_seed`).
       FileNotFoundError: a ``.json`` path that does not exist.
     """
+    if _is_rmf(spec):
+        from llome_jax import rough_mt_fuji
+
+        return rough_mt_fuji.resolve_function(spec, instance_seed)  # type: ignore[return-value]
     if str(spec).endswith(".json"):
         if instance_seed is not None:
             raise ValueError("an instance file is one instance: drop --instance-seed")
@@ -211,6 +219,13 @@ def _sampled_initial_solution(config: EhrlichConfig, instance_seed: int) -> jax.
     return initial_solution(key, fn, 1)[0]
 
 
+def _is_rmf(spec: Any) -> bool:
+    """A Rough Mt. Fuji name (``llome_jax.rough_mt_fuji.is_rmf_name``)."""
+    from llome_jax.rough_mt_fuji.instances import is_rmf_name
+
+    return is_rmf_name(spec)
+
+
 def _read_instance(path: str) -> dict:
     file = pathlib.Path(path)
     if not file.is_file():
@@ -227,6 +242,10 @@ def resolve_initial_solution(spec: str, instance_seed: int | None = None) -> jax
     stationary law keyed by the instance seed (like holo's ``initial_solution()``, a property of
     the function, not of the run). int32 ``[L]``.
     """
+    if _is_rmf(spec):
+        from llome_jax import rough_mt_fuji
+
+        return jnp.asarray(rough_mt_fuji.resolve_initial_solution(spec, instance_seed))
     if str(spec).endswith(".json"):
         fn = resolve_function(spec)
         stored = _read_instance(spec).get("initial_solution")
@@ -283,6 +302,10 @@ def function_digest(spec: str, instance_seed: int | None = None) -> str:
     Raises:
       ValueError / FileNotFoundError: as :func:`resolve_function`.
     """
+    if _is_rmf(spec):
+        from llome_jax import rough_mt_fuji
+
+        return rough_mt_fuji.function_digest(spec, instance_seed)
     return instance_digest(
         resolve_function(spec, instance_seed), resolve_initial_solution(spec, instance_seed)
     )
