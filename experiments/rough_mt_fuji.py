@@ -34,8 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from llome_jax import ga, ga_loop
-from llome_jax import rough_mt_fuji as rmf
 from llome_jax.bench.verdicts import rules
+from llome_jax.objective import rmf_objective
 
 CLAIM = "the GA easily optimises Rough Mt. Fuji (RMF(256), holo seed 0)"
 PAPER = (
@@ -53,7 +53,7 @@ def main() -> None:
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    objective = rmf.rmf_objective("RMF(256)")
+    objective = rmf_objective("RMF(256)")
     f_star, f_min = objective.optimal_value, objective.worst_value
     config = ga.GAConfig()
     seeds = list(range(args.seeds))

@@ -67,6 +67,7 @@ __all__ = [
     "load_objective",
     "objective_config",
     "problem_shape",
+    "rmf_objective",
 ]
 
 
@@ -353,12 +354,34 @@ jax.tree_util.register_pytree_node(Objective, lambda o: ((), o), lambda o, _: o)
 # ---------------------------------------------------------------------------------------------
 # Helpers shared by the optimizers (Ehrlich instances and objectives alike)
 # ---------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=16)
+def rmf_objective(spec: str, instance_seed: int | None = None) -> Objective:
+    """The :class:`~llome_jax.objective.Objective` of a spec: ``evaluate`` (traceable, so the GA
+    keeps its generations in one ``lax.scan``), no constraint, the start sequence of
+    :func:`llome_jax.rough_mt_fuji.resolve_initial_solution`, ``optimal_value = f*``,
+    ``worst_value = min f``. One object per spec and seed (jitted optimizer code compiles once
+    per objective object)."""
+    from llome_jax import rough_mt_fuji as rmf
+
+    fn = rmf.resolve_function(spec, instance_seed)
+    return Objective(
+        name=fn.config.name,
+        num_states=2,
+        length=fn.config.dim,
+        evaluate=functools.partial(rmf.evaluate, fn),
+        initial_solution=rmf.resolve_initial_solution(spec, instance_seed),
+        optimal_value=rmf.optimal_value(fn),
+        worst_value=rmf.worst_value(fn),
+        traceable=True,
+    )
+
+
 def ehrlich_objective(function: str, instance_seed: int | None = None) -> Objective:
     """The objective of a CLI function spec (``cfg.function``): ``ehrlich.resolve_function``
     with its start sequence ``ehrlich.resolve_initial_solution``, named ``function``; a Rough
-    Mt. Fuji name gives ``llome_jax.rough_mt_fuji.rmf_objective``."""
+    Mt. Fuji name gives :func:`rmf_objective`."""
     from llome_jax import ehrlich
-    from llome_jax.rough_mt_fuji.instances import is_rmf_name, rmf_objective
+    from llome_jax.rough_mt_fuji.instances import is_rmf_name
 
     if is_rmf_name(function):
         return rmf_objective(function, instance_seed)

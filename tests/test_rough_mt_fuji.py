@@ -22,6 +22,7 @@ import pytest
 from llome_jax import rough_mt_fuji as rmf
 from llome_jax.cli import main
 from llome_jax.compat.holo import HoloSeedWarning, RoughMtFuji
+from llome_jax.objective import rmf_objective
 
 FIXTURE = pathlib.Path(__file__).with_name("fixtures") / "rough_mt_fuji_holo.json"
 INSTANCES = json.loads(FIXTURE.read_text())["instances"]
@@ -122,7 +123,7 @@ def test_names_seeds_and_errors():
 
 
 def test_the_objective_declares_its_regret_range():
-    objective = rmf.rmf_objective("RMF(256)")
+    objective = rmf_objective("RMF(256)")
     assert (objective.num_states, objective.length, objective.traceable) == (2, 256, True)
     assert objective.optimal_value == INSTANCES[0]["optimal_value"] == 90.46662902832031
     # worst value: per position the smaller contribution, summed by hand in float64

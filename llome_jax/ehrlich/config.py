@@ -10,6 +10,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from typing import Any
+
+import numpy as np
 
 __all__ = ["EhrlichConfig", "InvalidEhrlichNameError"]
 
@@ -148,3 +151,33 @@ class EhrlichConfig:
             )
         if not math.isfinite(self.epistasis_factor):
             raise ValueError(f"epistasis_factor must be finite, got {self.epistasis_factor}.")
+
+
+#: Instance seeds are integers in ``[0, MAX_INSTANCE_SEED]``: ``jax.random.key`` keeps only a
+#: seed's low 32 bits (``s`` and ``s + 2**32`` draw the same instance, ``-1`` is ``2**32 - 1``),
+#: and pretraining folds seeds into keys as 32-bit integers; below ``2**31`` every seed names its
+#: own instance.
+MAX_INSTANCE_SEED = 2**31 - 1
+
+
+def check_instance_seed(instance_seed: Any) -> int:
+    """``instance_seed`` as an int, checked: an integer in ``[0, 2**31)`` (:data:`MAX_INSTANCE_SEED`).
+
+    Raises:
+      ValueError: one line naming the seed (and, past ``2**32``, the instance it would alias).
+    """
+    if isinstance(instance_seed, bool) or not isinstance(instance_seed, int | np.integer):
+        raise ValueError(f"instance seed must be an integer; got {instance_seed!r}")
+    seed = int(instance_seed)
+    if not 0 <= seed <= MAX_INSTANCE_SEED:
+        alias = seed % 2**32
+        aliased = (
+            f" (JAX keeps its low 32 bits: it would draw instance {alias:,})"
+            if seed >= 2**32
+            else ""
+        )
+        raise ValueError(
+            f"instance seed {seed:,} is outside [0, 2**31){aliased}; use a seed from 0 to "
+            f"{MAX_INSTANCE_SEED:,}"
+        )
+    return seed

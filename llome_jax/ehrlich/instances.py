@@ -21,7 +21,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from llome_jax.ehrlich.config import EhrlichConfig, InvalidEhrlichNameError
+from llome_jax.ehrlich.config import (
+    MAX_INSTANCE_SEED,
+    EhrlichConfig,
+    InvalidEhrlichNameError,
+    check_instance_seed,
+)
 from llome_jax.ehrlich.dispatch import validate_tokens
 from llome_jax.ehrlich.function import Ehrlich, from_holo, make
 from llome_jax.ehrlich.solutions import initial_solution
@@ -71,36 +76,6 @@ def _records() -> dict[str, dict]:
         record = dict(record, stem=stem, config_obj=config)
         by_name[config.name] = record
     return by_name
-
-
-#: Instance seeds are integers in ``[0, MAX_INSTANCE_SEED]``: ``jax.random.key`` keeps only a
-#: seed's low 32 bits (``s`` and ``s + 2**32`` draw the same instance, ``-1`` is ``2**32 - 1``),
-#: and pretraining folds seeds into keys as 32-bit integers; below ``2**31`` every seed names its
-#: own instance.
-MAX_INSTANCE_SEED = 2**31 - 1
-
-
-def check_instance_seed(instance_seed: Any) -> int:
-    """``instance_seed`` as an int, checked: an integer in ``[0, 2**31)`` (:data:`MAX_INSTANCE_SEED`).
-
-    Raises:
-      ValueError: one line naming the seed (and, past ``2**32``, the instance it would alias).
-    """
-    if isinstance(instance_seed, bool) or not isinstance(instance_seed, int | np.integer):
-        raise ValueError(f"instance seed must be an integer; got {instance_seed!r}")
-    seed = int(instance_seed)
-    if not 0 <= seed <= MAX_INSTANCE_SEED:
-        alias = seed % 2**32
-        aliased = (
-            f" (JAX keeps its low 32 bits: it would draw instance {alias:,})"
-            if seed >= 2**32
-            else ""
-        )
-        raise ValueError(
-            f"instance seed {seed:,} is outside [0, 2**31){aliased}; use a seed from 0 to "
-            f"{MAX_INSTANCE_SEED:,}"
-        )
-    return seed
 
 
 def paper_function_names() -> list[str]:
@@ -176,9 +151,9 @@ def resolve_function(spec: str, instance_seed: int | None = None) -> Ehrlich:
       FileNotFoundError: a ``.json`` path that does not exist.
     """
     if _is_rmf(spec):
-        from llome_jax import rough_mt_fuji
+        from llome_jax.rough_mt_fuji import instances as rmf
 
-        return rough_mt_fuji.resolve_function(spec, instance_seed)  # type: ignore[return-value]
+        return rmf.resolve_function(spec, instance_seed)  # type: ignore[return-value]
     if str(spec).endswith(".json"):
         if instance_seed is not None:
             raise ValueError("an instance file is one instance: drop --instance-seed")
@@ -243,9 +218,9 @@ def resolve_initial_solution(spec: str, instance_seed: int | None = None) -> jax
     the function, not of the run). int32 ``[L]``.
     """
     if _is_rmf(spec):
-        from llome_jax import rough_mt_fuji
+        from llome_jax.rough_mt_fuji import instances as rmf
 
-        return jnp.asarray(rough_mt_fuji.resolve_initial_solution(spec, instance_seed))
+        return jnp.asarray(rmf.resolve_initial_solution(spec, instance_seed))
     if str(spec).endswith(".json"):
         fn = resolve_function(spec)
         stored = _read_instance(spec).get("initial_solution")
@@ -303,9 +278,9 @@ def function_digest(spec: str, instance_seed: int | None = None) -> str:
       ValueError / FileNotFoundError: as :func:`resolve_function`.
     """
     if _is_rmf(spec):
-        from llome_jax import rough_mt_fuji
+        from llome_jax.rough_mt_fuji import instances as rmf
 
-        return rough_mt_fuji.function_digest(spec, instance_seed)
+        return rmf.function_digest(spec, instance_seed)
     return instance_digest(
         resolve_function(spec, instance_seed), resolve_initial_solution(spec, instance_seed)
     )

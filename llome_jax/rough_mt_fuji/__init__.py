@@ -28,7 +28,6 @@ from llome_jax.rough_mt_fuji.instances import (
     reference_function,
     resolve_function,
     resolve_initial_solution,
-    rmf_objective,
     shipped_names,
     shipped_record,
 )
@@ -49,7 +48,6 @@ __all__ = [
     "reference_function",
     "resolve_function",
     "resolve_initial_solution",
-    "rmf_objective",
     "shipped_names",
     "shipped_record",
     "torch_sum",

@@ -40,12 +40,9 @@ import numpy as np
 from llome_jax.rough_mt_fuji.function import (
     RMFConfig,
     RoughMtFuji,
-    evaluate,
     from_holo,
     initial_solution,
     make,
-    optimal_value,
-    worst_value,
 )
 
 __all__ = [
@@ -56,7 +53,6 @@ __all__ = [
     "reference_function",
     "resolve_function",
     "resolve_initial_solution",
-    "rmf_objective",
     "shipped_names",
     "shipped_record",
 ]
@@ -129,7 +125,7 @@ def resolve_function(spec: str, instance_seed: int | None = None) -> RoughMtFuji
                 f"{', '.join(shipped_names())}); pass --instance-seed N to sample one."
             )
         return _shipped(config.name)
-    from llome_jax.ehrlich.instances import check_instance_seed
+    from llome_jax.ehrlich.config import check_instance_seed
 
     return _sampled(config, check_instance_seed(instance_seed))
 
@@ -148,27 +144,6 @@ def resolve_initial_solution(spec: str, instance_seed: int | None = None) -> np.
         return np.asarray([int(b) for b in stored], np.int32)
     key = jax.random.fold_in(jax.random.key(int(instance_seed)), 0x1A1)
     return np.asarray(initial_solution(key, fn, 1)[0], np.int32)
-
-
-@functools.lru_cache(maxsize=16)
-def rmf_objective(spec: str, instance_seed: int | None = None) -> Any:
-    """The :class:`~llome_jax.objective.Objective` of a spec: ``evaluate`` (traceable, so the GA
-    keeps its generations in one ``lax.scan``), no constraint, the start sequence of
-    :func:`resolve_initial_solution`, ``optimal_value = f*``, ``worst_value = min f``. One object
-    per spec and seed (jitted optimizer code compiles once per objective object)."""
-    from llome_jax.objective import Objective
-
-    fn = resolve_function(spec, instance_seed)
-    return Objective(
-        name=fn.config.name,
-        num_states=2,
-        length=fn.config.dim,
-        evaluate=functools.partial(evaluate, fn),
-        initial_solution=resolve_initial_solution(spec, instance_seed),
-        optimal_value=optimal_value(fn),
-        worst_value=worst_value(fn),
-        traceable=True,
-    )
 
 
 def instance_digest(fn: RoughMtFuji, initial: Any = None) -> str:
