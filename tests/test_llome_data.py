@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -140,7 +141,7 @@ def test_neighbours_of_sizes_in_one_bucket_share_one_compiled_block():
             got = [(int(j), int(d)) for j, d in zip(nb.index[i], nb.distance[i]) if j >= 0]
             assert got == row, f"{n} rows: row {i}"
     assert nb_module._compiled_block.cache_info().currsize == 1
-    assert [nb_module._bucket(c) for c in (1, 8, 9, 15, 16, 17, 120, 127, 129)] == [
+    assert [nb_module.padded_size(c) for c in (1, 8, 9, 15, 16, 17, 120, 127, 129)] == [
         1,
         8,
         9,
@@ -407,3 +408,18 @@ def test_margin_reward_infeasible_is_zero():
 def test_first_occurrences_keeps_first():
     x = np.array([[1, 2], [3, 4], [1, 2], [0, 0], [3, 4]])
     assert first_occurrences(x).tolist() == [0, 1, 3]
+
+
+def test_random_bits_are_jax_random_bits_drawn_at_fewer_sizes():
+    # drawn at a padded size and cut: the same bits as jax.random.bits at the exact size (row
+    # i depends on i alone under partitionable threefry), for 1-D and [n, 2] draws
+    from llome_jax.llome.data import random_bits
+
+    key = jax.random.key(11)
+    for n in (0, 1, 7, 16, 17, 129, 1000, 1234):
+        np.testing.assert_array_equal(
+            random_bits(key, n), np.asarray(jax.random.bits(key, (n,), jnp.uint32))
+        )
+        np.testing.assert_array_equal(
+            random_bits(key, n, 2), np.asarray(jax.random.bits(key, (n, 2), jnp.uint32))
+        )

@@ -37,7 +37,7 @@ import importlib
 import sys
 import warnings
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import jax
 import numpy as np
@@ -69,7 +69,85 @@ def _is_torch_tensor(x: Any) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
-class Ehrlich:
+class _HoloFacade:
+    """What holo's test-function facades share: ``from_instance``, the common attributes
+    (``fn``, ``dim``, noise, negation, BoTorch's parameter kinds, the draw key, the backend),
+    the NumPy backend's device rule, and results placed on the right device."""
+
+    fn: Any
+    _torch: ModuleType | None
+    _device: Any
+
+    @classmethod
+    def from_instance(
+        cls,
+        fn: Any,
+        noise_std: float = 0.0,
+        negate: bool = False,
+        random_seed: int = 0,
+        *,
+        backend: Backend | None = None,
+    ) -> Self:
+        """Wrap an existing instance (an Ehrlich one: ``paper_function("f2")`` or
+        ``from_holo(...)``; a Rough Mt. Fuji one: ``rough_mt_fuji.reference_function()``)."""
+        self = cls.__new__(cls)
+        self._init(fn, noise_std, negate, random_seed, _resolve_backend(backend))
+        return self
+
+    def _init(self, fn: Any, noise_std: float, negate: bool, random_seed: int, torch: Any) -> None:
+        raise NotImplementedError
+
+    def _init_common(
+        self, fn: Any, noise_std: float, negate: bool, random_seed: int, torch: Any
+    ) -> None:
+        self.fn = fn
+        self.dim = fn.config.dim
+        self.noise_std = float(noise_std)
+        self.negate = bool(negate)
+        self._random_seed = int(random_seed)
+        self.categorical_inds = list(range(self.dim))
+        self.continuous_inds: list[int] = []  # BoTorch's parameter kinds: all categorical
+        self.discrete_inds: list[int] = []
+        self._key = jax.random.key(random_seed)
+        self._calls = 0
+        self._torch = torch
+        self._device = None  # torch backend: where results go (None: the CPU)
+
+    def _numpy_device(self, device: Any) -> None:
+        """The NumPy backend lives on the CPU.
+
+        Raises:
+          ValueError: any other ``device``.
+        """
+        if device is not None and str(device) != "cpu":
+            raise ValueError(
+                f"the NumPy backend lives on the CPU, got device={device!r}: install torch "
+                "(or pass backend='torch') for device placement."
+            )
+
+    def _place(self, device: Any) -> None:
+        if device is not None:
+            self._device = self._torch.device(device)
+
+    def _next_key(self) -> jax.Array:
+        self._calls += 1
+        return jax.random.fold_in(self._key, self._calls)
+
+    def _out(self, values: np.ndarray, like: Any) -> Any:
+        """float32 results as a tensor on ``like``'s device (a tensor input, or the torch
+        backend), else as NumPy."""
+        if _is_torch_tensor(like):
+            return sys.modules["torch"].from_numpy(np.array(values)).to(like.device)
+        if self._torch is None:
+            return values
+        return self._tensor(values)
+
+    def _tensor(self, array: np.ndarray) -> Any:
+        tensor = self._torch.from_numpy(np.array(array))
+        return tensor if self._device is None else tensor.to(self._device)
+
+
+class Ehrlich(_HoloFacade):
     """holo-bench's ``Ehrlich`` test function, backed by the jitted JAX evaluator.
 
     Attributes (torch backend; NumPy backend in brackets where it differs):
@@ -133,21 +211,6 @@ class Ehrlich:
             torch,
         )
 
-    @classmethod
-    def from_instance(
-        cls,
-        fn: _ehrlich.Ehrlich,
-        noise_std: float = 0.0,
-        negate: bool = False,
-        random_seed: int = 0,
-        *,
-        backend: Backend | None = None,
-    ) -> Ehrlich:
-        """Wrap an existing instance (e.g. ``paper_function("f2")`` or ``from_holo(...)``)."""
-        self = cls.__new__(cls)
-        self._init(fn, noise_std, negate, random_seed, _resolve_backend(backend))
-        return self
-
     def _init(
         self,
         fn: _ehrlich.Ehrlich,
@@ -157,22 +220,11 @@ class Ehrlich:
         torch: ModuleType | None,
     ) -> None:
         cfg = fn.config
-        self.fn = fn
+        self._init_common(fn, noise_std, negate, random_seed, torch)
         self.num_states = cfg.num_states
-        self.dim = cfg.dim
-        self.noise_std = float(noise_std)
-        self.negate = bool(negate)
-        self._random_seed = int(random_seed)
         self._motif_length = cfg.motif_length
         self._quantization = cfg.quantization
         self._epistasis_factor = float(cfg.epistasis_factor)
-        self.categorical_inds = list(range(self.dim))
-        self.continuous_inds: list[int] = []  # BoTorch's parameter kinds: all categorical
-        self.discrete_inds: list[int] = []
-        self._key = jax.random.key(random_seed)
-        self._calls = 0
-        self._torch = torch
-        self._device: Any = None  # torch backend: where results go (None: the CPU)
 
         v = self.num_states
         matrix = np.asarray(fn.transition_matrix)
@@ -214,11 +266,7 @@ class Ehrlich:
           ValueError: a device other than the CPU with the NumPy backend.
         """
         if self._torch is None:
-            if device is not None and str(device) != "cpu":
-                raise ValueError(
-                    f"the NumPy backend lives on the CPU, got device={device!r}: install torch "
-                    "(or pass backend='torch') for device placement."
-                )
+            self._numpy_device(device)
             if dtype is not None:
                 for name in ("transition_matrix", "initial_dist", "stationary_dist"):
                     setattr(self, name, getattr(self, name).astype(dtype))
@@ -228,8 +276,7 @@ class Ehrlich:
         self.motifs = [m.to(device=device) for m in self.motifs]
         self.spacings = [s.to(device=device) for s in self.spacings]
         self.bounds = self.bounds.to(device=device)
-        if device is not None:
-            self._device = self._torch.device(device)
+        self._place(device)
         return self
 
     # ------------------------------------------------------------------ evaluation
@@ -266,28 +313,11 @@ class Ehrlich:
         """holo's constructive optimum ``[L]`` (value 1.0)."""
         return self._solution(np.asarray(_ehrlich.optimal_solution(self.fn)))
 
-    def _next_key(self) -> jax.Array:
-        self._calls += 1
-        return jax.random.fold_in(self._key, self._calls)
-
     # ------------------------------------------------------------------ conversions
-    def _out(self, values: np.ndarray, like: Any) -> Any:
-        """float32 results as a tensor on ``like``'s device (a tensor input, or the torch
-        backend), else as NumPy."""
-        if _is_torch_tensor(like):
-            return sys.modules["torch"].from_numpy(np.array(values)).to(like.device)
-        if self._torch is None:
-            return values
-        return self._tensor(values)
-
     def _solution(self, tokens: np.ndarray) -> Any:
         if self._torch is None:
             return tokens
         return self._tensor(tokens.astype(np.int64))
-
-    def _tensor(self, array: np.ndarray) -> Any:
-        tensor = self._torch.from_numpy(np.array(array))
-        return tensor if self._device is None else tensor.to(self._device)
 
     def __repr__(self) -> str:
         """holo's format."""
@@ -362,7 +392,7 @@ def _tokens(X: Any, num_states: int) -> Any:
 # ---------------------------------------------------------------------------------------------
 # Rough Mt. Fuji
 # ---------------------------------------------------------------------------------------------
-class RoughMtFuji:
+class RoughMtFuji(_HoloFacade):
     """holo's ``RoughMtFuji`` (pytorch-holo 0.0.5), backed by the jitted JAX evaluator.
 
     ``RoughMtFuji(dim=2, additive_term=0.25, random_term_std=1.0, noise_std=0.0, negate=False,
@@ -414,21 +444,6 @@ class RoughMtFuji:
             _holo_rmf(config, int(random_seed), torch), noise_std, negate, random_seed, torch
         )
 
-    @classmethod
-    def from_instance(
-        cls,
-        fn: _rmf.RoughMtFuji,
-        noise_std: float = 0.0,
-        negate: bool = False,
-        random_seed: int = 0,
-        *,
-        backend: Backend | None = None,
-    ) -> RoughMtFuji:
-        """Wrap an existing instance (e.g. ``llome_jax.rough_mt_fuji.reference_function()``)."""
-        self = cls.__new__(cls)
-        self._init(fn, noise_std, negate, random_seed, _resolve_backend(backend))
-        return self
-
     def _init(
         self,
         fn: _rmf.RoughMtFuji,
@@ -437,20 +452,9 @@ class RoughMtFuji:
         random_seed: int,
         torch: ModuleType | None,
     ) -> None:
-        self.fn = fn
-        self.dim = fn.config.dim
-        self.noise_std = float(noise_std)
-        self.negate = bool(negate)
-        self._random_seed = int(random_seed)
+        self._init_common(fn, noise_std, negate, random_seed, torch)
         self._additive_term = fn.config.additive_term
         self._random_term_std = fn.config.random_term_std
-        self.categorical_inds = list(range(self.dim))
-        self.continuous_inds: list[int] = []
-        self.discrete_inds: list[int] = []
-        self._key = jax.random.key(random_seed)
-        self._calls = 0
-        self._torch = torch
-        self._device: Any = None
         centroid = np.asarray(fn.centroid).reshape(1, -1)
         random_term = np.asarray(fn.random_term, np.float32).reshape(1, -1)
         bounds = np.asarray([(0.0, 1.0)] * self.dim, np.float64).T
@@ -477,19 +481,14 @@ class RoughMtFuji:
           ValueError: a device other than the CPU with the NumPy backend.
         """
         if self._torch is None:
-            if device is not None and str(device) != "cpu":
-                raise ValueError(
-                    f"the NumPy backend lives on the CPU, got device={device!r}: install torch "
-                    "(or pass backend='torch') for device placement."
-                )
+            self._numpy_device(device)
             if dtype is not None:
                 self.centroids = self.centroids.astype(dtype)
             return self
         self.centroids = self.centroids.to(device=device, dtype=dtype)
         self._random_term = self._random_term.to(device=device)
         self.bounds = self.bounds.to(device=device)
-        if device is not None:
-            self._device = self._torch.device(device)
+        self._place(device)
         return self
 
     def evaluate_true(self, X: Any) -> Any:
@@ -533,21 +532,6 @@ class RoughMtFuji:
         if self._torch is None:
             return solution
         return self._tensor(solution.astype(np.int64))
-
-    def _next_key(self) -> jax.Array:
-        self._calls += 1
-        return jax.random.fold_in(self._key, self._calls)
-
-    def _out(self, values: np.ndarray, like: Any) -> Any:
-        if _is_torch_tensor(like):
-            return sys.modules["torch"].from_numpy(np.array(values)).to(like.device)
-        if self._torch is None:
-            return values
-        return self._tensor(values)
-
-    def _tensor(self, array: np.ndarray) -> Any:
-        tensor = self._torch.from_numpy(np.array(array))
-        return tensor if self._device is None else tensor.to(self._device)
 
     def __repr__(self) -> str:
         """holo's format."""

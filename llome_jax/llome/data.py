@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from llome_jax.llome.neighbours import HammingNeighbours, hamming_neighbours
+from llome_jax.llome.neighbours import HammingNeighbours, hamming_neighbours, padded_size
 from llome_jax.loss_inputs import margin_reward
 
 __all__ = [
@@ -285,9 +285,24 @@ def cap_infeasible_inputs(
     return kept[_permutation(key_order, kept.size)]
 
 
+def random_bits(key: jax.Array, n: int, words: int | None = None) -> np.ndarray:
+    """``jax.random.bits(key, (n,) or (n, words), uint32)`` as NumPy, drawn at
+    :func:`~llome_jax.llome.neighbours.padded_size` ``(n)`` rows and cut to ``n``: the same
+    values (under JAX's partitionable threefry, the default since 0.5, row ``i`` depends on
+    ``i`` alone), with about 8 compiled shapes per doubling of ``n`` instead of one per ``n``
+    (a pretraining pool of 1,000 instances drew at as many sizes, each an executable holding
+    memory mappings). Other PRNGs draw at ``n``."""
+    shape = (n,) if words is None else (n, words)
+    threefry = str(jax.random.key_impl(key)) == "threefry2x32"
+    if not (threefry and jax.config.jax_threefry_partitionable) or n == 0:
+        return np.asarray(jax.random.bits(key, shape, jnp.uint32))
+    padded = (padded_size(n), *shape[1:])
+    return np.asarray(jax.random.bits(key, padded, jnp.uint32))[:n]
+
+
 def _random_keys(key: jax.Array, n: int) -> np.ndarray:
     """``n`` random uint64 sort keys from ``jax.random.bits`` (ties have probability ~n^2/2^65)."""
-    bits = np.asarray(jax.random.bits(key, (n, 2), jnp.uint32))
+    bits = random_bits(key, n, 2)
     return np.ascontiguousarray(bits).view(np.uint64).reshape(n)
 
 

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from llome_jax.llome.config import LoopConfig
+from llome_jax.llome.data import random_bits
 from llome_jax.llome.runtime import Runtime, model_with
 from llome_jax.loss_registry import loss_spec
 from llome_jax.runner import progress_bar
@@ -197,7 +198,7 @@ def subset(key: jax.Array, n: int, limit: int | None) -> np.ndarray:
     """``min(n, limit)`` of ``range(n)`` uniformly at random (all, in order, if within budget)."""
     if limit is None or n <= limit:
         return np.arange(n, dtype=np.int64)
-    bits = np.asarray(jax.random.bits(key, (n,), jnp.uint32))
+    bits = random_bits(key, n)
     return np.sort(np.argsort(bits, kind="stable")[:limit]).astype(np.int64)
 
 

@@ -136,7 +136,7 @@ def _group_size(words_per_sequence: int) -> int:
     return size
 
 
-def _bucket(count: int) -> int:
+def padded_size(count: int) -> int:
     """``count`` rounded up to a number with at most four significant bits (``1, ..., 16, 18,
     ..., 32, 36, ..., 64, 72, ...``): at most 12.5 % padding, and about 8 compiled shapes per
     doubling instead of one per size (a pretraining pool of 1,000 GA archives of different
@@ -176,7 +176,7 @@ def _neighbour_block(
       rows: uint32 ``[G * C, bits, W]`` the same planes, one row per candidate (for stage 3).
       row_ids: int32 ``[B]`` global index of each query row (to recognise itself).
       num_rows: int32 scalar ``N``, the real rows (traced: candidates ``>= N`` are padding, so
-        one compiled block serves every ``N`` of a shape bucket, :func:`_bucket`).
+        one compiled block serves every ``N`` of a shape bucket, :func:`padded_size`).
 
     Returns:
       ``(index, distance)`` int32 ``[B, k]`` (``-1`` on empty slots).
@@ -315,14 +315,14 @@ def hamming_neighbours(
     bitplanes = _pack_bitplanes(x, num_bits)  # [N, bits, W]
     num_words = bitplanes.shape[2]
     group_size = _group_size(num_bits * num_words)
-    num_groups = _bucket(-(-n // group_size))
+    num_groups = padded_size(-(-n // group_size))
     padded = np.zeros((num_groups * group_size, num_bits, num_words), np.uint32)
     padded[:n] = bitplanes
     candidates = np.ascontiguousarray(
         padded.reshape(group_size, num_groups, num_bits, num_words).transpose(0, 2, 3, 1)
     )
     num_devices = 1 if mesh is None else int(np.prod(list(mesh.shape.values())))
-    block = min(block_size, _bucket(n))
+    block = min(block_size, padded_size(n))
     block = -(-block // num_devices) * num_devices
     num_blocks = -(-n // block)
     queries = np.zeros((num_bits, num_words, num_blocks * block), np.uint32)

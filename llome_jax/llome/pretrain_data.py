@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from llome_jax import ga, ga_loop
+from llome_jax.llome.data import random_bits
 from llome_jax.llome.pretrain_config import PretrainConfig
 
 __all__ = [
@@ -114,7 +115,7 @@ def balanced_subset(key: jax.Array, values: Any, limit: int | None) -> np.ndarra
     n = values.shape[0]
     if limit is None or n <= limit:
         return np.arange(n, dtype=np.int64)
-    bits = np.asarray(jax.random.bits(key, (n,), jnp.uint32))
+    bits = random_bits(key, n)
     order = np.argsort(bits, kind="stable")  # a random order of the rows
     _, group = np.unique(values[order], return_inverse=True)
     by_group = np.argsort(group, kind="stable")  # grouped, random order within each group
