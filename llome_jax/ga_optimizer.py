@@ -44,6 +44,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import pathlib
+import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -58,7 +60,15 @@ from llome_jax.oracle import check_contract_settings
 from llome_jax.runner import RunResult, progress_text
 from llome_jax.runner import run as run_rounds
 
-__all__ = ["MAX_GENERATIONS_PER_ROUND", "GARoundState", "GARunConfig", "GeneticAlgorithm", "run"]
+__all__ = [
+    "MAX_GENERATIONS_PER_ROUND",
+    "GARoundState",
+    "GARunConfig",
+    "GASeedsConfig",
+    "GeneticAlgorithm",
+    "run",
+    "run_seeds",
+]
 
 #: With ``pay_once``, a round that has not paid its budget after this many times
 #: ``generations_per_round`` generations ends the run (the GA proposes nothing new).
@@ -314,3 +324,168 @@ def run(
         configuration differs (except ``rounds``); nothing is written then.
     """
     return run_rounds(GeneticAlgorithm(cfg, objective), out, **options)
+
+
+# ---------------------------------------------------------------------------------------------
+# Many seeds in one jitted call
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class GASeedsConfig:
+    """The GA on many run seeds at once (``llome-jax ga`` without ``--rounds``): seeds
+    ``seed .. seed + seeds - 1``, vmapped, ``generations`` generations each, every evaluation
+    counted (the paper's and holo's accounting), in jitted segments of ``segment``
+    generations. An Ehrlich function only (regret ``1 - f``)."""
+
+    function: str = "f2"
+    instance_seed: int | None = None
+    seed: int = 0
+    seeds: int = 8
+    generations: int = 1000
+    segment: int = 50
+    ga: ga.GAConfig = dataclasses.field(default_factory=ga.GAConfig)
+
+    def __post_init__(self) -> None:
+        if min(self.generations, self.seeds, self.segment) < 1:
+            raise ValueError("--generations, --seeds and --segment must be positive")
+
+
+#: ``trace.csv``'s columns (one row per seed and generation)
+TRACE_HEADER = (
+    "seed",
+    "generation",
+    "num_evaluations",
+    "best_value",
+    "regret",
+    "generation_best",
+    "mean_feasible_value",
+    "frac_feasible",
+    "frac_unique",
+)
+
+
+def run_seeds(
+    cfg: GASeedsConfig,
+    out: str | pathlib.Path,
+    *,
+    progress: Callable[[int, float], None] | None = None,
+) -> dict[str, Any]:
+    """Run :class:`GASeedsConfig` into the new run directory ``out``: ``config.json``, then
+    ``trace.csv`` (:data:`TRACE_HEADER`), ``summary.json`` and ``regret.png``, all written by
+    :class:`~llome_jax.rundir.RunDirectory`. ``progress(generations_done, best_value)`` is
+    called after each segment. Returns the summary.
+
+    Generations to the optimum are counted as ours: ``g`` = the 1-based generation whose
+    population first holds ``f = 1``, the first being the ``n`` mutated copies of ``x0``
+    (holo's ``DiscreteEvolution`` first evaluates the unmutated copies as a generation of its
+    own, so its count for the same run is ``g + 1``).
+
+    Raises:
+      ValueError: a Rough Mt. Fuji or unknown function, or ``out`` that holds a run; nothing is
+        written then.
+    """
+    from llome_jax import ehrlich
+    from llome_jax.plotting import plot_regret_curves
+    from llome_jax.rough_mt_fuji import is_rmf_name
+    from llome_jax.rundir import RunDirectory
+
+    if is_rmf_name(cfg.function):
+        raise ValueError(
+            "the many-seeds mode reads regret as 1 - f (an Ehrlich function); run Rough Mt. "
+            "Fuji in round mode: pass --rounds"
+        )
+    fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
+    x0 = ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed)
+    x0 = ga_loop.validate_ga_inputs(fn, x0, cfg.ga)
+    seeds = list(range(cfg.seed, cfg.seed + cfg.seeds))
+    run_config = {
+        "optimizer": "ga",
+        "function": cfg.function,
+        "function_name": fn.config.name,
+        "instance_seed": cfg.instance_seed,
+        "generations": cfg.generations,
+        "seeds": seeds,
+        "ga": {
+            "num_particles": cfg.ga.num_particles,
+            "survival_quantile": cfg.ga.survival_quantile,
+            "mutation_prob": cfg.ga.mutation_prob,
+            "recombine_prob": cfg.ga.recombine_prob,
+        },
+    }
+    out = pathlib.Path(out)
+    if (out / "trace.csv").exists():
+        raise ValueError(f"{out} already holds a GA run; choose another --out")
+    run_dir = RunDirectory.create(out, run_config)
+
+    keys = jax.vmap(jax.random.key)(jax.numpy.arange(cfg.seed, cfg.seed + cfg.seeds))
+    start = jax.jit(jax.vmap(lambda k: ga_loop.start(k, fn, x0, cfg.ga)))
+    advance = jax.jit(jax.vmap(lambda s, k: ga_loop.advance(s, k, fn, cfg.ga)), donate_argnums=0)
+    t0 = time.perf_counter()
+    state, run_keys = start(keys)
+    generation_keys = jax.vmap(lambda k: jax.random.split(k, cfg.generations))(run_keys)
+    traces = []
+    for begin in range(0, cfg.generations, cfg.segment):
+        end = min(begin + cfg.segment, cfg.generations)
+        state, trace = advance(state, generation_keys[:, begin:end])
+        traces.append(jax.device_get(trace))
+        if progress is not None:
+            progress(end, float(np.max(traces[-1].best_value[:, -1])))
+    seconds = time.perf_counter() - t0
+    trace = jax.tree.map(lambda *parts: np.concatenate(parts, axis=1), *traces)
+
+    run_dir.write_table(
+        "trace.csv",
+        TRACE_HEADER,
+        (
+            [
+                seed,
+                g + 1,
+                int(trace.num_evaluations[s, g]),
+                float(trace.best_value[s, g]),
+                1.0 - float(trace.best_value[s, g]),
+                float(trace.generation_best[s, g]),
+                float(trace.mean_feasible_value[s, g]),
+                float(trace.frac_feasible[s, g]),
+                float(trace.frac_unique[s, g]),
+            ]
+            for s, seed in enumerate(seeds)
+            for g in range(cfg.generations)
+        ),
+    )
+    reached = [
+        int(np.argmax(row >= 1.0)) + 1 if np.any(row >= 1.0) else None for row in trace.best_value
+    ]
+    finals = trace.best_value[:, -1].astype(float)
+    hits = [r for r in reached if r is not None]
+    summary = {
+        **run_config,
+        "final_best_value": finals.tolist(),
+        "median_final_best_value": float(np.median(finals)),
+        "median_final_regret": float(np.median(1.0 - finals)),
+        "generations_to_optimum": reached,
+        "median_generations_to_optimum": float(np.median(hits))
+        if len(hits) * 2 > len(reached)
+        else None,
+        "best_sequence": np.asarray(state.best_sequence[int(np.argmax(finals))]).tolist(),
+        "wall_seconds": seconds,
+        "generations_per_second_per_seed": cfg.generations / seconds,
+        "evaluations_per_second_total": cfg.generations
+        * cfg.seeds
+        * cfg.ga.num_particles
+        / seconds,
+    }
+    run_dir.write_json("summary.json", summary)
+    curves = [(trace.num_evaluations[s], 1.0 - trace.best_value[s]) for s in range(cfg.seeds)]
+    problem = cfg.function
+    if cfg.function != fn.config.name:
+        problem = f"{cfg.function} = {fn.config.name}"
+    if cfg.instance_seed is not None:
+        problem += f" (instance seed {cfg.instance_seed})"
+    plot_regret_curves(
+        {f"GA ({cfg.ga.num_particles} particles)": curves},
+        out / RunDirectory.REGRET_PLOT,
+        title=f"GA on {problem}, run seeds {seeds[0]}-{seeds[-1]}"
+        if len(seeds) > 1
+        else f"GA on {problem}, run seed {seeds[0]}",
+        unit="seed",
+    )
+    return summary

@@ -390,6 +390,20 @@ class RunDirectory:
             stream.flush()
             os.fsync(stream.fileno())
 
+    def write_table(self, name: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        """Write the CSV file ``name`` whole, atomically (a results table such as the many-seeds
+        GA's ``trace.csv``; floats as ``repr``, exact)."""
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(list(header))
+        writer.writerows([repr(v) if isinstance(v, float) else v for v in row] for row in rows)
+        files.atomic_write_text(self.path / name, buffer.getvalue())
+
+    def write_json(self, name: str, data: Mapping[str, Any]) -> None:
+        """Write the JSON file ``name`` whole, atomically (indented, NumPy values as Python)."""
+        text = json.dumps(data, indent=1, default=_json_default) + "\n"
+        files.atomic_write_text(self.path / name, text)
+
     def log_round(self, record: Mapping[str, Any]) -> dict[str, Any]:
         """Append one record to ``rounds.jsonl`` (fields in ``ROUND_FIELDS`` order, then extras)."""
         unknown = [key for key in record if key not in ROUND_FIELDS]

@@ -10,6 +10,7 @@ import pathlib
 
 import jax
 import numpy as np
+import pytest
 
 import llome_jax
 from llome_jax import ehrlich, ga, ga_loop
@@ -160,3 +161,39 @@ def test_cli_round_mode(tmp_path: pathlib.Path, capsys) -> None:
     assert cli.main([*base, "--rounds", "2", "--seeds", "3", "--out", str(tmp_path / "x")]) == 2
     assert "one seed" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_many_seeds_run_writes_each_seeds_own_ga_run_through_the_run_directory(tmp_path):
+    # the library function behind `llome-jax ga` without --rounds: seed s of the vmapped,
+    # segmented run is ga_loop.run(key(s)) on its own, generation by generation
+    from llome_jax.ga_optimizer import TRACE_HEADER, GASeedsConfig, run_seeds
+
+    config = ga.GAConfig(num_particles=32, mutation_prob=0.05)
+    cfg = GASeedsConfig(
+        function="Ehr(8,8)-2-2-2",
+        instance_seed=1,
+        seed=3,
+        seeds=2,
+        generations=7,
+        segment=3,
+        ga=config,
+    )
+    seen = []
+    summary = run_seeds(cfg, tmp_path / "many", progress=lambda done, best: seen.append(done))
+    assert seen == [3, 6, 7]
+    with open(tmp_path / "many" / "trace.csv", newline="") as stream:
+        rows = list(csv.reader(stream))
+    assert tuple(rows[0]) == TRACE_HEADER and len(rows) == 1 + 2 * 7
+    fn = ehrlich.resolve_function(cfg.function, cfg.instance_seed)
+    x0 = ehrlich.resolve_initial_solution(cfg.function, cfg.instance_seed)
+    for s, seed in enumerate((3, 4)):
+        _, trace = ga_loop.run(jax.random.key(seed), fn, x0, 7, config)
+        best = [float(v) for v in np.asarray(trace.best_value)]
+        mine = [float(r[3]) for r in rows[1 + 7 * s : 1 + 7 * (s + 1)]]
+        assert [int(r[0]) for r in rows[1 + 7 * s : 1 + 7 * (s + 1)]] == [seed] * 7
+        assert mine == best
+        assert summary["final_best_value"][s] == best[-1]
+    on_disk = json.loads((tmp_path / "many" / "summary.json").read_text())
+    assert on_disk["seeds"] == [3, 4] and on_disk["final_best_value"] == summary["final_best_value"]
+    with pytest.raises(ValueError, match="already holds a GA run"):
+        run_seeds(cfg, tmp_path / "many")

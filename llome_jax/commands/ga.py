@@ -156,20 +156,13 @@ def _run_rounds(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    import csv
-    import json
     import pathlib
-    import time
 
-    import jax
-    import numpy as np
     from tqdm import tqdm
 
-    from llome_jax import ehrlich, ga, ga_loop
-    from llome_jax.files import atomic_write_text
-    from llome_jax.plotting import plot_regret_curves
+    from llome_jax import ehrlich, ga
+    from llome_jax.ga_optimizer import GASeedsConfig, run_seeds
     from llome_jax.rough_mt_fuji import is_rmf_name
-    from llome_jax.rundir import RunDirectory
 
     if args.rounds is not None or args.resume or getattr(args, "budget", None) is not None:
         return _run_rounds(args)
@@ -216,128 +209,33 @@ def run(args: argparse.Namespace) -> int:
         if args.recombine_prob is None
         else args.recombine_prob,
     )
-    fn = ehrlich.resolve_function(args.function, args.instance_seed)
-    x0 = ga_loop.validate_ga_inputs(
-        fn, ehrlich.resolve_initial_solution(args.function, args.instance_seed), config
+    cfg = GASeedsConfig(
+        function=args.function,
+        instance_seed=args.instance_seed,
+        seed=args.seed,
+        seeds=args.seeds,
+        generations=args.generations,
+        segment=args.segment,
+        ga=config,
     )
-    run_config = {
-        "optimizer": "ga",
-        "function": args.function,
-        "function_name": fn.config.name,
-        "instance_seed": args.instance_seed,
-        "generations": args.generations,
-        "seeds": list(range(args.seed, args.seed + args.seeds)),
-        "ga": {
-            "num_particles": config.num_particles,
-            "survival_quantile": config.survival_quantile,
-            "mutation_prob": config.mutation_prob,
-            "recombine_prob": config.recombine_prob,
-        },
-    }
-    out = pathlib.Path(args.out)
-    if (out / "trace.csv").exists():
-        raise ValueError(f"{out} already holds a GA run; choose another --out")
-    run_dir = RunDirectory.create(out, run_config)
-
-    keys = jax.vmap(jax.random.key)(jax.numpy.arange(args.seed, args.seed + args.seeds))
-    start = jax.jit(jax.vmap(lambda k: ga_loop.start(k, fn, x0, config)))
-    advance = jax.jit(jax.vmap(lambda s, k: ga_loop.advance(s, k, fn, config)), donate_argnums=0)
-    t0 = time.perf_counter()
-    state, run_keys = start(keys)
-    generation_keys = jax.vmap(lambda k: jax.random.split(k, args.generations))(run_keys)
-    traces = []
+    name = ehrlich.resolve_function(args.function, args.instance_seed).config.name
     with tqdm(
         total=args.generations,
-        desc=f"GA {fn.config.name} x{args.seeds} seeds",
+        desc=f"GA {name} x{args.seeds} seeds",
         unit="gen",
         disable=args.no_progress,
     ) as bar:
-        for begin in range(0, args.generations, args.segment):
-            end = min(begin + args.segment, args.generations)
-            state, trace = advance(state, generation_keys[:, begin:end])
-            traces.append(jax.device_get(trace))
-            best = float(np.max(traces[-1].best_value[:, -1]))
-            bar.set_postfix(best=f"{best:.4f}", regret=f"{1 - best:.4f}")
-            bar.update(end - begin)
-    seconds = time.perf_counter() - t0
-    trace = jax.tree.map(lambda *parts: np.concatenate(parts, axis=1), *traces)
 
-    with open(out / "trace.csv", "w", newline="") as stream:
-        writer = csv.writer(stream)
-        writer.writerow(
-            [
-                "seed",
-                "generation",
-                "num_evaluations",
-                "best_value",
-                "regret",
-                "generation_best",
-                "mean_feasible_value",
-                "frac_feasible",
-                "frac_unique",
-            ]
-        )
-        for s, seed in enumerate(run_config["seeds"]):
-            for g in range(args.generations):
-                best = float(trace.best_value[s, g])
-                writer.writerow(
-                    [
-                        seed,
-                        g + 1,
-                        int(trace.num_evaluations[s, g]),
-                        repr(best),
-                        repr(1.0 - best),
-                        repr(float(trace.generation_best[s, g])),
-                        repr(float(trace.mean_feasible_value[s, g])),
-                        repr(float(trace.frac_feasible[s, g])),
-                        repr(float(trace.frac_unique[s, g])),
-                    ]
-                )
-    # Generations to the optimum, counted as ours: g = the 1-based generation whose population
-    # first holds f = 1, the first generation being the n mutated copies of x0. holo's
-    # DiscreteEvolution first evaluates the n *unmutated* copies as a generation of its own, so
-    # for an optimum found by evolution its count for the same run is g + 1.
-    reached = [
-        int(np.argmax(row >= 1.0)) + 1 if np.any(row >= 1.0) else None for row in trace.best_value
-    ]
-    finals = trace.best_value[:, -1].astype(float)
-    hits = [r for r in reached if r is not None]
-    summary = {
-        **run_config,
-        "final_best_value": finals.tolist(),
-        "median_final_best_value": float(np.median(finals)),
-        "median_final_regret": float(np.median(1.0 - finals)),
-        "generations_to_optimum": reached,
-        "median_generations_to_optimum": float(np.median(hits))
-        if len(hits) * 2 > len(reached)
-        else None,
-        "best_sequence": np.asarray(state.best_sequence[int(np.argmax(finals))]).tolist(),
-        "wall_seconds": seconds,
-        "generations_per_second_per_seed": args.generations / seconds,
-        "evaluations_per_second_total": args.generations
-        * args.seeds
-        * config.num_particles
-        / seconds,
-    }
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
-    curves = [(trace.num_evaluations[s], 1.0 - trace.best_value[s]) for s in range(args.seeds)]
-    problem = (
-        f"{args.function} = {fn.config.name}" if args.function != fn.config.name else args.function
-    )
-    if args.instance_seed is not None:
-        problem += f" (instance seed {args.instance_seed})"
-    seeds = run_config["seeds"]
-    plot_regret_curves(
-        {f"GA ({config.num_particles} particles)": curves},
-        out / "regret.png",
-        title=f"GA on {problem}, run seeds {seeds[0]}-{seeds[-1]}"
-        if len(seeds) > 1
-        else f"GA on {problem}, run seed {seeds[0]}",
-        unit="seed",
-    )
+        def progress(done: int, best: float) -> None:
+            bar.set_postfix(best=f"{best:.4f}", regret=f"{1 - best:.4f}")
+            bar.update(done - bar.n)
+
+        summary = run_seeds(cfg, args.out, progress=progress)
+    hits = [g for g in summary["generations_to_optimum"] if g is not None]
     print(
-        f"{fn.config.name}: median final regret {summary['median_final_regret']:.4f} over "
-        f"{args.seeds} seeds; optimum reached by {len(hits)}/{args.seeds}; {seconds:.1f} s"
+        f"{name}: median final regret {summary['median_final_regret']:.4f} over "
+        f"{args.seeds} seeds; optimum reached by {len(hits)}/{args.seeds}; "
+        f"{summary['wall_seconds']:.1f} s"
     )
-    print(f"wrote {run_dir.path}/trace.csv, summary.json, regret.png")
+    print(f"wrote {pathlib.Path(args.out)}/trace.csv, summary.json, regret.png")
     return 0
