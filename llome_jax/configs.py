@@ -30,13 +30,16 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 __all__ = [
+    "NOT_SETTINGS",
     "flatten",
     "from_dict",
+    "layered",
     "leaf_keys",
     "load_config_file",
     "merge",
     "override",
     "parse_assignment",
+    "settings_of_record",
     "to_dict",
 ]
 
@@ -349,3 +352,85 @@ def _yaml_problem(error: Exception) -> str:
     mark = getattr(error, "problem_mark", None)
     where = "" if mark is None else f" at line {mark.line + 1}, column {mark.column + 1}"
     return " ".join(f"{problem}{where}".split())
+
+
+# --------------------------------------------------------------------------------------------
+# The layering of a run's settings
+# --------------------------------------------------------------------------------------------
+#: keys of a run's ``config.json`` that are not settings (records written beside them)
+NOT_SETTINGS = (
+    "optimizer",
+    "provenance",
+    "loss",
+    "objective",
+    "objective_info",
+    "function_digest",
+    "objective_digest",
+    "config_version",
+)
+
+
+def settings_of_record(
+    record: Mapping[str, Any], config: Any, skipped: typing.Iterable[str] = NOT_SETTINGS
+) -> dict[str, Any]:
+    """The settings in a run's ``config.json``: its keys that are fields of ``config`` (the
+    other keys are records another caller wrote beside the settings: the paper driver's
+    ``method``, an experiment's ``loss``)."""
+    fields = {field.name for field in dataclasses.fields(config)} - set(skipped)
+    return {k: v for k, v in record.items() if k in fields}
+
+
+def layered(
+    config: C,
+    *,
+    saved: Mapping[str, Any] | None = None,
+    file: str | None = None,
+    flags: Mapping[str, Any] | None = None,
+    assignments: typing.Iterable[str] = (),
+    optimizer: str | None = None,
+    upgrade: typing.Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    not_settings: typing.Iterable[str] = (),
+) -> tuple[C, dict[str, Any]]:
+    """A run's configuration from its layers, the CLI's, the bench's and a Python user's alike:
+    ``config`` (a preset, or the defaults) < ``saved`` (a run's ``config.json`` to resume,
+    read through ``upgrade``, the optimizer's migrations) < ``file`` (``--config``: a JSON or
+    YAML file, nested or dotted; a run's ``config.json`` works) < ``flags`` (dotted keys) <
+    ``assignments`` (``"KEY=VALUE"``, ``--set``). A later layer wins setting by setting
+    (:func:`merge`) and the result is built once (``config.replace``), so only the final
+    combination is validated.
+
+    Returns ``(configuration, the saved settings)`` (the latter ``{}`` without ``saved``: what
+    a resume compares against).
+
+    Raises:
+      ValueError / FileNotFoundError: an unreadable file, a file made for another
+        ``optimizer``, an unknown key (the message lists the valid ones) or a value of the
+        wrong type.
+
+    Example:
+      >>> from llome_jax.ga_optimizer import GARunConfig
+      >>> cfg, _ = layered(GARunConfig(), flags={"rounds": 3}, assignments=["ga.num_particles=64"])
+      >>> cfg.rounds, cfg.ga.num_particles
+      (3, 64)
+    """
+    skipped = (*NOT_SETTINGS, *not_settings)
+    saved = dict(saved or {})
+    if saved and upgrade is not None:
+        saved = upgrade(saved)
+    saved_settings = settings_of_record(saved, config, skipped) if saved else {}
+    from_file: dict[str, Any] = {}
+    if file:
+        loaded = load_config_file(file)
+        made_for = loaded.get("optimizer", optimizer)
+        if optimizer is not None and made_for != optimizer:
+            raise ValueError(
+                f"--config {file} holds a {made_for!r} configuration, not {optimizer!r}"
+            )
+        if "provenance" in loaded:  # a run's config.json
+            from_file = settings_of_record(loaded, config, skipped)
+        else:  # a hand-written file: an unknown key is an error (a typo)
+            from_file = {k: v for k, v in loaded.items() if k not in skipped}
+    assigned = dict(parse_assignment(item) for item in assignments)
+    settings = merge(config, saved_settings, from_file, flags, assigned)
+    result = config.replace(**settings) if settings else config
+    return result, saved_settings

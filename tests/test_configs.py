@@ -221,3 +221,39 @@ def test_cli_config_from_another_optimizer_is_refused(tmp_path, capsys):
 def test_cli_presets_and_losses_are_choices(capsys, argv, message):
     assert cli.main([*argv, "--print-config"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_layered_applies_saved_file_flags_and_assignments_in_that_order(tmp_path):
+    # the library's layering (the CLI's apply_settings calls it): each later layer wins the
+    # settings it names, the others come from the earlier ones
+    from llome_jax.configs import layered
+    from llome_jax.ga_optimizer import GARunConfig
+
+    saved = {"optimizer": "ga", "rounds": 2, "seed": 5, "ga": {"num_particles": 40}, "loss": "x"}
+    file = tmp_path / "settings.yaml"
+    file.write_text("seed: 6\nga:\n  mutation_prob: 0.02\n")
+    cfg, saved_settings = layered(
+        GARunConfig(),
+        saved=saved,
+        file=str(file),
+        flags={"rounds": 4},
+        assignments=["ga.num_particles=64", "seed=7"],
+        optimizer="ga",
+        upgrade=lambda old: {**old, "initial_generations": 3},
+    )
+    assert (cfg.rounds, cfg.seed, cfg.initial_generations) == (4, 7, 3)
+    assert (cfg.ga.num_particles, cfg.ga.mutation_prob) == (64, 0.02)
+    assert saved_settings == {
+        "rounds": 2,
+        "seed": 5,
+        "ga": {"num_particles": 40},
+        "initial_generations": 3,
+    }
+    with pytest.raises(ValueError, match="not 'ga'"):
+        layered(GARunConfig(), file=str(_write(tmp_path, {"optimizer": "llome"})), optimizer="ga")
+
+
+def _write(tmp_path, data):
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps(data))
+    return path

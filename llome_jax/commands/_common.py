@@ -47,18 +47,6 @@ RESUMABLE_SETTINGS = ("rounds",)
 #: ``rounds`` of a run given ``--budget`` and no ``--rounds``: a cap the budget ends first
 ROUND_CAP_WITH_BUDGET = 1000
 
-#: keys of a run's ``config.json`` that are not settings: ``--config`` accepts such a file
-_NOT_SETTINGS = (
-    "optimizer",
-    "provenance",
-    "loss",
-    "objective",
-    "objective_info",
-    "function_digest",
-    "objective_digest",
-    "config_version",
-)
-
 
 def add_run_arguments(
     parser: argparse.ArgumentParser,
@@ -230,9 +218,9 @@ def apply_settings(
     """``config`` (the preset, or the command's defaults) with, in this order, the settings of
     the run's ``config.json`` (``--resume``; through ``upgrade``, the optimizer's reading of an
     older file), of ``--config FILE``, the ``flags`` given on the command line and every
-    ``--set KEY=VALUE``; a later layer wins setting by setting (``configs.merge``), and the
-    result is built once (``config.replace``), so only the final combination is validated.
-    On resume, the settings that differ from the saved ones are printed (one line).
+    ``--set KEY=VALUE``: :func:`llome_jax.configs.layered`, which the bench, the sweep and
+    Python users call alike. On resume, the settings that differ from the saved ones are
+    printed (one line).
 
     Args:
       not_settings: more keys of a saved ``config.json`` or ``--config`` file that are not
@@ -245,28 +233,16 @@ def apply_settings(
     """
     from llome_jax import configs
 
-    skipped = (*_NOT_SETTINGS, *not_settings)
-    saved = saved_run_config(args, optimizer)
-    if saved and upgrade is not None:
-        saved = upgrade(dict(saved))
-    saved_settings = _settings_of_record(saved, config, skipped)
-    from_file: dict[str, Any] = {}
-    if getattr(args, "config", None):
-        loaded = configs.load_config_file(args.config)
-        made_for = loaded.get("optimizer", optimizer)
-        if made_for != optimizer:
-            raise ValueError(
-                f"--config {args.config} holds a {made_for!r} configuration, not {optimizer!r}"
-            )
-        if "provenance" in loaded:  # a run's config.json
-            from_file = _settings_of_record(loaded, config, skipped)
-        else:  # a hand-written file: an unknown key is an error (a typo)
-            from_file = {k: v for k, v in loaded.items() if k not in skipped}
-    assigned = dict(
-        configs.parse_assignment(item) for item in getattr(args, "settings", None) or []
+    result, saved_settings = configs.layered(
+        config,
+        saved=saved_run_config(args, optimizer),
+        file=getattr(args, "config", None),
+        flags=flags,
+        assignments=getattr(args, "settings", None) or [],
+        optimizer=optimizer,
+        upgrade=upgrade,
+        not_settings=not_settings,
     )
-    settings = configs.merge(config, saved_settings, from_file, flags, assigned)
-    result = config.replace(**settings) if settings else config
     if saved_settings and not getattr(args, "print_config", False):
         # a target of rounds only grows: a smaller --rounds changes nothing, so it is not listed
         grows = [
@@ -280,18 +256,6 @@ def apply_settings(
         if changes:  # the others are refused when the run directory is opened
             print(f"resuming {args.out} with changed settings: {changes}")
     return result
-
-
-def _settings_of_record(
-    record: Mapping[str, Any], config: Any, skipped: Iterable[str]
-) -> dict[str, Any]:
-    """The settings in a run's ``config.json``: its keys that are fields of ``config``. The
-    other keys are records another caller wrote beside the settings (the paper driver's
-    ``method``, an experiment's ``loss``); the run directory keeps them on resume."""
-    import dataclasses
-
-    fields = {field.name for field in dataclasses.fields(config)} - set(skipped)
-    return {k: v for k, v in record.items() if k in fields}
 
 
 def _changes(
