@@ -134,11 +134,19 @@ def sample_chain(
         key_first, jnp.log(jnp.asarray(initial_dist, jnp.float32)), shape=(num_samples,)
     )
 
-    def step(state: jax.Array, step_key: jax.Array) -> tuple[jax.Array, jax.Array]:
-        nxt = jax.random.categorical(step_key, log_p[state], axis=-1)
-        return nxt, nxt
-
     if length == 1:
         return first[:, None].astype(jnp.int32)
-    _, rest = jax.lax.scan(step, first, jax.random.split(key_rest, length - 1))
+    # log_p rides in the carry, not in a closure: an eager scan of a module-level step is
+    # compiled once per shape, not once per instance (1,000 instances of a pretraining pool
+    # compiled 1,000 scans, each an executable holding memory mappings); the same operations
+    _, rest = jax.lax.scan(_chain_step, (first, log_p), jax.random.split(key_rest, length - 1))
     return jnp.concatenate([first[:, None], rest.T], axis=1).astype(jnp.int32)
+
+
+def _chain_step(
+    carry: tuple[jax.Array, jax.Array], step_key: jax.Array
+) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
+    """One step of :func:`sample_chain`: the next states drawn from the rows ``log_p[state]``."""
+    state, log_p = carry
+    nxt = jax.random.categorical(step_key, log_p[state], axis=-1)
+    return (nxt, log_p), nxt
