@@ -45,7 +45,7 @@ import dataclasses
 import functools
 import pathlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -55,7 +55,7 @@ from llome_jax import configs, ga, ga_loop
 from llome_jax.metrics import frac_unique, regret, round_metrics
 from llome_jax.migrations import GA_MIGRATIONS
 from llome_jax.objective import Objective
-from llome_jax.optimizers.base import AskTellOptimizer, LabelledData
+from llome_jax.optimizers.base import AskTellOptimizer, LabelledData, first_unlabelled
 from llome_jax.oracle import check_contract_settings
 from llome_jax.runner import RunResult, progress_text
 from llome_jax.runner import run as run_rounds
@@ -227,14 +227,7 @@ class GeneticAlgorithm(AskTellOptimizer):
             cut = min(num, len(particles))
             shown = particles[:cut]
             return shown, dataclasses.replace(state, cut=cut < len(particles)), shown
-        unknown = np.flatnonzero(np.isnan(data.lookup(particles)))
-        seen: set[bytes] = set()
-        new: list[int] = []
-        for i in unknown:
-            row = particles[i].tobytes()
-            if row not in seen:
-                seen.add(row)
-                new.append(int(i))
+        new = first_unlabelled(particles, data.lookup)
         if len(new) > num:  # the labels left end inside this generation
             shown = particles[: new[num]]
             return particles[new[:num]], dataclasses.replace(state, cut=True), shown
@@ -288,9 +281,10 @@ class GeneticAlgorithm(AskTellOptimizer):
         sequences: np.ndarray,
         values: np.ndarray,
         data: LabelledData,
-        **asked: Any,
+        *,
+        asked: Sequence[Any] = (),
     ) -> dict[str, Any]:
-        shown = asked.get("asked", [])
+        shown = list(asked)
         length = self.objective.length
         particles = np.concatenate(shown) if shown else np.zeros((0, length), np.int32)
         labels = data.lookup(particles)

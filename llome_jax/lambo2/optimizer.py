@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -49,7 +49,12 @@ from llome_jax.lambo2.config import PRESETS, Lambo2Config, preset
 from llome_jax.metrics import round_metrics
 from llome_jax.migrations import LAMBO2_MIGRATIONS
 from llome_jax.objective import Objective, as_objective
-from llome_jax.optimizers.base import AskTellOptimizer, AskTellState, LabelledData
+from llome_jax.optimizers.base import (
+    AskTellOptimizer,
+    AskTellState,
+    LabelledData,
+    first_unlabelled,
+)
 from llome_jax.runner import RunResult, progress_bar, progress_text, round0_key
 from llome_jax.runner import run as run_rounds
 
@@ -367,7 +372,7 @@ class Lambo2(AskTellOptimizer):
             screened = ~self.oracle.feasibility(proposals)
         labelled = np.flatnonzero(~screened)
         if self.oracle.pay_once:
-            new = _first_unlabelled(proposals[labelled], data.lookup)
+            new = first_unlabelled(proposals[labelled], data.lookup)
             if len(new) > num:  # the labels left end here: keep the proposals before
                 keep = int(labelled[new[num]])
                 proposals, seeds, screened = proposals[:keep], seeds[:keep], screened[:keep]
@@ -405,7 +410,8 @@ class Lambo2(AskTellOptimizer):
         sequences: np.ndarray,
         values: np.ndarray,
         data: LabelledData,
-        **asked: Any,
+        *,
+        asked: Sequence[Any] = (),
     ) -> dict[str, Any]:
         """The common fields over every proposal kept (screened ones at ``-inf``), the history's
         best, the fit and design statistics."""
@@ -428,7 +434,7 @@ class Lambo2(AskTellOptimizer):
             **common,
             "num_proposals": len(proposals),
             "best_value": float(np.max(history.y)),
-            **asked["asked"][0],
+            **asked[0],
         }
 
     def save(self, manager: Any, state: AskTellState) -> None:
@@ -454,19 +460,6 @@ class Lambo2(AskTellOptimizer):
             f"{record['frac_feasible']:.2f}, unique {record['frac_unique']:.2f}, "
             f"train {record['seconds_train']:.1f}s, design {record['seconds_design']:.1f}s"
         )
-
-
-def _first_unlabelled(x: np.ndarray, lookup: Any) -> np.ndarray:
-    """Rows of ``x`` whose sequence is unlabelled, each sequence's first occurrence, in order."""
-    unknown = np.flatnonzero(np.isnan(lookup(x)))
-    seen: set[bytes] = set()
-    first = []
-    for i in unknown:
-        row = x[i].tobytes()
-        if row not in seen:
-            seen.add(row)
-            first.append(int(i))
-    return np.asarray(first, np.int64)
 
 
 def run(

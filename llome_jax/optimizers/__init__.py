@@ -18,6 +18,8 @@ from llome_jax.optimizers.base import (
     BenchmarkSettings,
     ContractError,
     LabelledData,
+    Round0,
+    first_unlabelled,
 )
 from llome_jax.optimizers.local_search import LocalSearch, LocalSearchConfig
 from llome_jax.optimizers.registry import (
@@ -39,6 +41,8 @@ __all__ = [
     "LocalSearch",
     "LocalSearchConfig",
     "OptimizerEntry",
+    "Round0",
+    "first_unlabelled",
     "get",
     "names",
     "register",

@@ -46,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 import jax
@@ -67,6 +67,7 @@ __all__ = [
     "ContractError",
     "LabelledData",
     "Round0",
+    "first_unlabelled",
 ]
 
 
@@ -166,6 +167,21 @@ def _extended(data: LabelledData, x: np.ndarray, v: np.ndarray) -> LabelledData:
     return LabelledData(sequences, values, data.num_states, data.lookup)
 
 
+def first_unlabelled(x: np.ndarray, lookup: Callable[[Any], np.ndarray]) -> np.ndarray:
+    """int64 indices of the rows of ``x`` whose sequence is unlabelled (``lookup`` NaN), each
+    sequence's first occurrence, in row order: what a ``pay_once`` ask may propose of a batch
+    with repeats and known rows (the GA's generation, LaMBO-2's design)."""
+    unknown = np.flatnonzero(np.isnan(lookup(x)))
+    seen: set[bytes] = set()
+    first = []
+    for i in unknown:
+        row = x[i].tobytes()
+        if row not in seen:
+            seen.add(row)
+            first.append(int(i))
+    return np.asarray(first, np.int64)
+
+
 def _payload(inner: Any) -> Any:
     """What a checkpoint holds: the optimizer's state, or a placeholder when it has no arrays."""
     return inner if jax.tree.leaves(inner) else np.zeros((), np.int32)
@@ -262,12 +278,13 @@ class AskTellOptimizer(RoundOptimizerBase):
         sequences: np.ndarray,
         values: np.ndarray,
         data: LabelledData,
-        **asked: Any,
+        *,
+        asked: Sequence[Any] = (),
     ) -> dict[str, Any]:
         """Fields of its own for the round's ``rounds.jsonl`` record (default: none); they are
         applied last, so a method may restate a common field over what it generated (the GA's
-        ``mean_regret`` over its particles). ``asked=[...]`` (one per ask) is passed when its
-        asks returned a third element."""
+        ``mean_regret`` over its particles). ``asked`` (one per ask) is passed only when its
+        asks returned a third element, so a ``record`` without it still works."""
         return {}
 
     def record0(self, state: Any, data: LabelledData) -> dict[str, Any]:
