@@ -71,7 +71,7 @@ def test_diagnostics_never_reach_the_optimizer(monkeypatch: pytest.MonkeyPatch) 
         selection_losses=("sft",),
     )
     runtime = Runtime.build(cfg)
-    state0, _ = Llome(cfg, runtime).init(jax.random.key(cfg.seed))
+    state0 = Llome(cfg, runtime).init(jax.random.key(cfg.seed))[0].inner  # LLOME's LoopState
 
     state_a, metrics_a, log_a, oracle_a = _one_round(state0, runtime, cfg)
     monkeypatch.setattr(llome_round_module, "_diagnostic_feasible", _garbage_feasible)

@@ -378,6 +378,21 @@ class LoopConfig:
         return loss_for_round(self.schedule, round_index)
 
     @property
+    def round0_generations(self) -> int:
+        """``ga_generations`` under the name every optimizer's round 0 shares."""
+        return self.ga_generations
+
+    @property
+    def round0_ga(self) -> GAConfig:
+        """``ga`` under the name every optimizer's round 0 shares."""
+        return self.ga
+
+    @property
+    def labels_per_round(self) -> int:
+        """``filter.num_selected`` (``j``) under the name every optimizer shares."""
+        return self.filter.num_selected
+
+    @property
     def outputs_per_round(self) -> int:
         """Outputs a round's refinement generates, ``n_s n_i (g + |T| n_o)`` (before any
         filter; the paper's 200 x 10 x (1 + 6 x 10) = 122,000)."""

@@ -1,14 +1,16 @@
-"""The LLOME optimizer (paper Alg. 1 "LLOME"): the round-driver plug-in and :func:`run`.
+"""The LLOME optimizer (paper Alg. 1 "LLOME"): the ask/tell plug-in and :func:`run`.
 
-The phases live in their own modules; this one joins them into a
-:class:`~llome_jax.runner.RoundOptimizer` that the shared driver (:func:`llome_jax.runner.run`)
-runs:
+The phases live in their own modules; this one joins them into an
+:class:`~llome_jax.optimizers.AskTellOptimizer`, whose base owns round 0 (the shared GA), the
+labelling, the records and the checkpoints, and which the shared driver
+(:func:`llome_jax.runner.run`) runs:
 
 * :mod:`~llome_jax.llome.config`: :class:`LoopConfig`, the loss schedule, input validation;
 * :mod:`~llome_jax.llome.runtime`: the explicit :class:`Runtime` (function, codec, model, mesh);
 * :mod:`~llome_jax.llome.state`: :class:`LoopState`, round 0 (the GA seed data), checkpoints;
 * :mod:`~llome_jax.llome.finetune`: the training data ``D_i`` and ``Train(theta_i, D_i)``;
-* :mod:`~llome_jax.llome.round`: one round (train, refine, filter, label).
+* :mod:`~llome_jax.llome.round`: one round (``propose``: train, refine, filter; the labels;
+  ``next_state`` and ``round_record``).
 
 Oracle accounting (``llome_jax.oracle``, the information contract every optimizer follows):
 ``num_evaluations`` counts paid labels. With ``accounting="pay_once"`` (default) round 0 pays the
@@ -40,7 +42,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import pathlib
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -51,19 +54,19 @@ from llome_jax.llome.config import (
     LoopConfig,
     validate_config,
 )
-from llome_jax.llome.round import llome_round
-from llome_jax.llome.runtime import Runtime
+from llome_jax.llome.round import Proposal, next_state, propose, round_record
+from llome_jax.llome.runtime import Runtime, initial_params, named_key
 from llome_jax.llome.state import (
     LoopState,
-    init_state,
+    found_optimum,
     restore_checkpoint,
     save_checkpoint,
     stop_message,
 )
 from llome_jax.migrations import LLOME_MIGRATIONS
 from llome_jax.objective import Objective
-from llome_jax.plugin import RoundOptimizerBase
-from llome_jax.runner import RoundResult, RunResult
+from llome_jax.optimizers.base import AskTellOptimizer, AskTellState, LabelledData
+from llome_jax.runner import RunResult
 from llome_jax.runner import run as run_rounds
 
 __all__ = ["Llome", "run"]
@@ -77,8 +80,26 @@ def _fmt(value: Any, spec: str) -> str:
     )
 
 
-class Llome(RoundOptimizerBase):
-    """LLOME as a :class:`~llome_jax.runner.RoundOptimizer` over :class:`LoopState`.
+def _affordable(rows: np.ndarray, lookup: Any, num: int, pay_once: bool) -> int:
+    """How many leading ``rows`` the round may label with ``num`` labels left: the longest
+    prefix holding at most ``num`` sequences not labelled yet (``pay_once``), else ``num`` rows."""
+    if not pay_once:
+        return min(len(rows), num)
+    new = np.flatnonzero(np.isnan(lookup(rows))) if len(rows) else np.zeros(0, np.int64)
+    return len(rows) if len(new) <= num else int(new[num])
+
+
+class Llome(AskTellOptimizer):
+    """LLOME on the ask/tell base (:class:`~llome_jax.optimizers.AskTellOptimizer`), over
+    :class:`LoopState`: round 0 is the base's shared GA; ``ask`` trains, refines and filters
+    (:func:`~llome_jax.llome.round.propose`), ``tell`` adds the labels to ``S``
+    (:func:`~llome_jax.llome.round.next_state`) and ``record`` writes the round's fields
+    (:func:`~llome_jax.llome.round.round_record`). The base labels, counts and records.
+
+    ``S`` (``LoopState.archive_*``, with the round of each label) is LLOME's own training data:
+    the sequences the Filter chose each round, a chosen sequence that was labelled before
+    included (``exclude_labelled=False``; it is not paid again), in the checkpoint's metadata as
+    before, so old run directories resume.
 
     Construction validates ``cfg`` and ``objective`` (an :class:`~llome_jax.objective.Objective`
     to optimise instead of ``cfg.function``: one checked call on its start sequence), clear errors
@@ -88,6 +109,9 @@ class Llome(RoundOptimizerBase):
 
     name = "llome"
     migrations = LLOME_MIGRATIONS
+    config_class = LoopConfig
+    #: a round whose Filter chose nothing new is recorded, and stops the run (stop code 2)
+    stops_when_nothing_new = False
 
     def __init__(
         self,
@@ -104,66 +128,93 @@ class Llome(RoundOptimizerBase):
         if objective is not None and not objective.is_ehrlich:
             objective.validate()
         self.runtime = Runtime.build(cfg, objective) if runtime is None else runtime
-        custom = self.runtime.custom_objective
-        super().__init__(cfg, self.runtime.objective, custom_objective=custom)
+        super().__init__(cfg, objective)
+        self.custom_objective = self.runtime.custom_objective
         self.candidates_dir = None if candidates_dir is None else pathlib.Path(candidates_dir)
 
-    def init(self, key: jax.Array) -> tuple[LoopState, RoundResult]:
-        from llome_jax.metrics import round_metrics
+    def objective_for(self, cfg: Any, objective: Objective | None) -> Objective:
+        """The runtime's objective (checked when the runtime was built)."""
+        return self.runtime.objective
 
-        cfg, oracle = self.cfg, self.oracle
-        runtime = self.runtime
-        if oracle.cached_objective() is not runtime.objective:  # a host objective: pay once
-            runtime = dataclasses.replace(runtime, objective=oracle.cached_objective())
-        state = init_state(key, runtime, cfg)
-        x, v = state.latest()
-        num_particles = cfg.ga_generations * cfg.ga.num_particles
-        oracle.record_labels(x, v, num_paid=num_particles)
-        paid_x, paid_v = oracle.take_paid(self.objective.length)
-        if not oracle.pay_once:
-            paid_x, paid_v = x, v
-        state = dataclasses.replace(state, num_evaluations=jnp.asarray(oracle.num_paid, jnp.int32))
-        record = round_metrics(
-            0,
-            x,
-            v,
-            v,
-            num_generated=num_particles,
-            optimal_value=self.objective.optimal_value,
-            worst_value=self.objective.worst_value,
-            num_evaluations=oracle.num_paid,
-            num_proposals=num_particles,
-            loss="ga",
-            best_value=float(np.max(v)) if v.size else float("nan"),
+    # ------------------------------------------------------------------ ask / tell
+    def state_key(self, key: jax.Array) -> jax.Array:
+        """The rounds' key chain starts at ``named_key(run_key, "loop")`` (``LoopState.key``)."""
+        return named_key(key, "loop")
+
+    def init_state(self, key: jax.Array, data: LabelledData) -> LoopState:
+        """The initial model and ``S_0``: round 0's distinct sequences in the order the GA met
+        them (``data.round0``)."""
+        from llome_jax.llome.finetune import optimizer_config
+        from llome_jax.train_optimizer import make_optimizer
+
+        assert data.round0 is not None  # restore overrides the base's shapes-only call
+        particles, values = data.round0.particles, data.round0.values
+        _, first = np.unique(particles, axis=0, return_index=True)
+        first = np.sort(first)
+        sequences, values = particles[first].astype(np.int32), values[first].astype(np.float32)
+        params = initial_params(self.runtime.model)
+        optimizer = make_optimizer(optimizer_config(self.cfg, self.cfg.loss(1), 1))
+        return LoopState(
+            round=jnp.zeros((), jnp.int32),
+            key=key,
+            params=params,
+            reference_params=jax.tree.map(jnp.copy, params),
+            opt_state=optimizer.init(params),
+            num_evaluations=jnp.asarray(self.oracle.num_paid, jnp.int32),
+            mean_hamming=jnp.asarray(np.nan, jnp.float32),
+            temperature_offset=jnp.zeros((), jnp.float32),
+            stop_code=jnp.asarray(
+                1 if found_optimum(values, self.objective.optimal_value) else 0, jnp.int32
+            ),
+            archive_sequences=sequences,
+            archive_values=values,
+            archive_rounds=np.zeros(values.shape, np.int32),
         )
-        record["frac_unique"] = len(x) / num_particles  # over the GA's proposals, as the GA's
-        return state, RoundResult(paid_x, paid_v, record)
 
-    def round(
-        self, state: LoopState, *, progress: bool = False
-    ) -> tuple[LoopState, RoundResult | None]:
+    def ask(self, key: jax.Array, state: LoopState, data: LabelledData, num: int) -> tuple:
+        """Train, refine and filter (the rounds' keys are ``LoopState.key``'s chain): the Filter's
+        choice cut at ``num`` new sequences, those not labelled yet to pay; ``None`` (stop code
+        3) when ``S_i`` yields no training pairs."""
+        pay_once = self.oracle.pay_once
+
+        def affordable(rows: np.ndarray) -> int:
+            return _affordable(rows, data.lookup, num, pay_once)
+
+        p = propose(state, self.runtime, self.cfg, self.oracle, affordable, progress=self.progress)
+        if p is None:
+            return None, dataclasses.replace(state, stop_code=jnp.asarray(3, jnp.int32))
+        pay = p.new_x[np.isnan(data.lookup(p.new_x))] if pay_once else p.new_x
+        p = p._replace(asked_at=time.perf_counter())
+        return pay, p, p
+
+    def tell(
+        self, state: Proposal, sequences: np.ndarray, values: np.ndarray, data: LabelledData
+    ) -> LoopState:
+        """``S = S u S_i+1`` with every chosen sequence's label (paid now or before)."""
+        assert data.lookup is not None
+        state.times["time_oracle"] = time.perf_counter() - state.asked_at
+        new_v = data.lookup(state.new_x).astype(np.float32)
+        return next_state(state, new_v, self.oracle.num_paid, self.cfg, self.runtime)
+
+    def record(
+        self,
+        state: LoopState,
+        sequences: np.ndarray,
+        values: np.ndarray,
+        data: LabelledData,
+        *,
+        asked: Sequence[Any] = (),
+    ) -> dict[str, Any]:
+        (p,) = asked
         on_candidates = None if self.candidates_dir is None else self._write_candidates
-        if self.oracle.num_paid != int(state.num_evaluations):  # a state from elsewhere
-            self.oracle.restore(
-                state.archive_sequences,
-                state.archive_values,
-                num_paid=int(state.num_evaluations),
-                num_constraint_queries=self.oracle.num_constraint_queries,
-            )
-        new_state, metrics = llome_round(
-            state,
-            self.runtime,
-            self.cfg,
-            progress=progress,
-            on_candidates=on_candidates,
-            oracle=self.oracle,
-        )
-        if metrics["round"] is None:
-            return new_state, None
-        x, v = self.oracle.take_paid(self.objective.length)
-        if not self.oracle.pay_once:
-            x, v = new_state.latest()
-        return new_state, RoundResult(x, v, metrics)
+        return round_record(p, state, self.runtime, on_candidates=on_candidates)
+
+    def record0(self, state: LoopState, data: LabelledData) -> dict[str, Any]:
+        return {"loss": "ga"}
+
+    def method_stop(self, state: Any) -> str:
+        code = getattr(state, "stop_code", None)
+        return "" if code is None else stop_message(int(code), self.objective.optimal_value)
 
     def _write_candidates(self, log: Mapping[str, Any]) -> None:
         """``candidates_dir/round_NNNN.npz`` (written to a temporary file, then renamed)."""
@@ -175,18 +226,27 @@ class Llome(RoundOptimizerBase):
         np.savez_compressed(partial, loss=np.asarray(str(log["loss"])), **arrays)
         partial.replace(path)
 
-    def round_index(self, state: LoopState) -> int:
-        return state.round_index
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, manager: Any, state: AskTellState) -> None:
+        """The device arrays through orbax, ``S`` and the base's fields in the metadata (the
+        layout of every LLOME checkpoint so far)."""
+        save_checkpoint(manager, state.inner, self.metadata(state))
 
-    def stop_reason(self, state: LoopState) -> str:
-        return stop_message(int(state.stop_code), self.objective.optimal_value)
+    def restore(self, manager: Any) -> AskTellState | None:
+        inner = restore_checkpoint(manager, self.runtime, self.cfg)
+        if inner is None:
+            return None
+        round0 = np.asarray(inner.archive_sequences)[np.asarray(inner.archive_rounds) == 0]
+        at = np.flatnonzero((round0 == np.asarray(self.x0, np.int32)[None]).all(axis=1))
+        return self.restored_state(
+            inner.round_index, inner, {"start_at": int(at[0]) if at.size else 0}
+        )
 
-    def save(self, manager: Any, state: LoopState) -> None:
-        save_checkpoint(manager, state)
+    def best_of(self, state: LoopState) -> float:
+        values = np.asarray(state.archive_values)
+        return float(values.max()) if values.size else float("-inf")
 
-    def restore(self, manager: Any) -> LoopState | None:
-        return restore_checkpoint(manager, self.runtime, self.cfg)
-
+    # ------------------------------------------------------------------ log lines
     def round0_description(self) -> str:
         return f"GA, {self.cfg.ga_generations} generations"
 
@@ -216,7 +276,7 @@ def run(
     objective: Objective | None = None,
     log_candidates: bool = False,
     **options: Any,
-) -> RunResult[LoopState]:
+) -> RunResult[AskTellState]:
     """Run (or resume) LLOME into the run directory ``out``: :func:`llome_jax.runner.run` (its
     ``options``: ``resume``, ``progress``, ``max_rounds_this_call``, ``log``, ``extra_config``,
     ``trackers``) with the :class:`Llome` plug-in, on ``runtime`` if given (else one built for

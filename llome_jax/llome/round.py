@@ -34,7 +34,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -46,7 +46,16 @@ from llome_jax.llome.runtime import Runtime, model_with
 from llome_jax.llome.state import STOP_REASONS, LoopState, found_optimum, stop_message
 from llome_jax.runner import progress_bar
 
-__all__ = ["CANDIDATE_FIELDS", "DIAGNOSTIC_CANDIDATE_FIELDS", "DIAGNOSTIC_FIELDS", "llome_round"]
+__all__ = [
+    "CANDIDATE_FIELDS",
+    "DIAGNOSTIC_CANDIDATE_FIELDS",
+    "DIAGNOSTIC_FIELDS",
+    "Proposal",
+    "llome_round",
+    "next_state",
+    "propose",
+    "round_record",
+]
 
 #: The record fields (``rounds.jsonl``) that are diagnostics (module docstring): for an Ehrlich
 #: function computed from values of unlabelled sequences, uncounted, never fed back.
@@ -81,47 +90,66 @@ CANDIDATE_FIELDS = (
 )
 
 
-def llome_round(
+class Proposal(NamedTuple):
+    """What a LLOME round has decided before its labels are paid (:func:`propose`), and what
+    :func:`finish` needs after: the round's training, refinement and Filter.
+
+    Attributes:
+      state: the state the round started from (``S_i`` is its newest rows).
+      round: ``i + 1``. loss: the round's loss.
+      next_key: the next round's key. params / opt_state / reference_params: after training.
+      offset: the temperature offset sampled with. refined: the refinement's output.
+      candidates: int ``[M, L]`` the unique valid candidates. chosen: int64 ``[m]`` the rows the
+        Filter chose, cut at the labels the round may pay. new_x: int32 ``[m, L]`` those rows.
+      num_pairs / num_pair_candidates: the training data's units and candidates.
+      train_loss / train_info: the training's loss and its extra fields.
+      num_novel: candidates not labelled before. times: per-phase seconds so far.
+      asked_at: ``time.perf_counter()`` when the labels were asked for (``time_oracle``).
+    """
+
+    state: LoopState
+    round: int
+    loss: str
+    next_key: Any
+    params: Any
+    opt_state: Any
+    reference_params: Any
+    offset: float
+    refined: Any
+    candidates: np.ndarray
+    chosen: np.ndarray
+    new_x: np.ndarray
+    num_pairs: int
+    num_pair_candidates: int
+    train_loss: Any
+    train_info: dict[str, Any]
+    num_novel: int
+    times: dict[str, float]
+    asked_at: float = 0.0
+
+
+def propose(
     state: LoopState,
     rt: Runtime,
     cfg: LoopConfig,
+    oracle: Any,
+    affordable: Callable[[np.ndarray], int],
     *,
     progress: bool = False,
-    on_candidates: Callable[[dict[str, Any]], None] | None = None,
-    oracle: Any = None,
-) -> tuple[LoopState, dict[str, Any]]:
-    """One LLOME round (module docstring). Deterministic in ``(state, cfg)``; ``state`` is kept.
-
-    ``on_candidates`` (optional, off by default) is called once, after the round's oracle calls,
-    with the round's candidates before the Filter (:data:`CANDIDATE_FIELDS`: likelihoods,
-    refinement iteration, Filter choice, values); it changes nothing else in the round (the
-    paper's Figs. "calibration", "iterative refinement" and "candidate selection" need it).
-
-    ``oracle``: the run's :class:`~llome_jax.oracle.Oracle` (labels and constraint queries,
-    counted); ``None``: a fresh one holding the state's archive, with ``cfg``'s settings.
+) -> Proposal | None:
+    """The round's first half (module docstring): ``D_i``, ``Train``, ``IterativeRefinement``
+    and the ``Filter``, its choice cut at ``affordable(rows)`` leading rows (the labels the round
+    may pay). ``oracle`` answers the constraint checks (a view of it: it labels nothing here).
 
     Returns:
-      ``(new_state, metrics)``; ``metrics`` holds the ``rounds.jsonl`` fields (except
-      ``seconds``) plus ``loss``, ``num_pairs``, ``num_valid``, ``num_unique``, per-phase
-      ``time_*`` seconds and ``stop_reason``. If ``S_i`` yields no training pairs, the state is
-      returned unchanged except ``stop_code = 3`` and ``metrics["round"]`` is ``None``.
+      the :class:`Proposal`, or ``None`` when ``S_i`` yields no training pairs.
     """
     from llome_jax.llome.data import rows_in
     from llome_jax.llome.filter import filter_candidates
     from llome_jax.llome.refine import iterative_refinement
     from llome_jax.llome.seeds import select_seeds, select_seeds_reference
     from llome_jax.llome.temperature import TemperatureSchedule, temperature_offset, temperatures
-    from llome_jax.metrics import round_metrics
 
-    if oracle is None:
-        from llome_jax.oracle import Oracle
-
-        oracle = Oracle(rt.objective, cfg.accounting, cfg.constraint_queries)
-        oracle.restore(
-            state.archive_sequences,
-            state.archive_values,
-            num_paid=int(state.num_evaluations),
-        )
     r = state.round_index + 1
     loss = cfg.loss(r)
     next_key, round_key = jax.random.split(state.key)
@@ -136,14 +164,9 @@ def llome_round(
     data = finetune.training_data(k_data, rt, cfg, loss, x_i, v_i)
     times["time_pairs"] = time.perf_counter() - t
     if data["units"] == 0:
-        return dataclasses.replace(state, stop_code=jnp.asarray(3, jnp.int32)), {
-            "round": None,
-            "loss": loss,
-            "stop_reason": STOP_REASONS[3],
-        }
+        return None
 
     t = time.perf_counter()
-    reference_params = state.params
     ft = cfg.finetune
     epochs = ft.first_round_epochs if r == 1 and ft.first_round_epochs else ft.epochs
     params, opt_state, train_loss, train_info = finetune.train(
@@ -186,7 +209,6 @@ def llome_round(
         )
     times["time_generate"] = time.perf_counter() - t
     candidates = np.asarray(refined.sequences)
-    num_unique = int(candidates.shape[0])
     archive = np.asarray(state.archive_sequences)
 
     t = time.perf_counter()
@@ -206,82 +228,117 @@ def llome_round(
     num_novel = (
         chosen.num_novel if cfg.exclude_labelled else int(np.sum(~rows_in(candidates, archive)))
     )
-
-    t = time.perf_counter()
-    objective = rt.objective
     # under a label budget the last round labels only what is left (the Filter's order)
     chosen_rows = np.asarray(chosen.indices)
-    chosen_rows = chosen_rows[: oracle.affordable(candidates[chosen_rows])]
-    new_x = candidates[chosen_rows].astype(np.int32)
-    if new_x.shape[0]:
-        new_v = oracle.label(new_x).values  # the round's oracle calls (checked: float32 [j])
-    else:
-        new_v = np.zeros((0,), np.float32)
-    times["time_oracle"] = time.perf_counter() - t
-    generated_feasible = _diagnostic_feasible(objective, candidates, refined.feasible)
-
-    if on_candidates is not None:
-        on_candidates(
-            _candidate_log(
-                r, loss, objective, refined, candidates, chosen_rows, new_v, generated_feasible
-            )
-        )
-
-    # Diagnostic only (not oracle budget, never fed back): reward of each labelled edit.
-    inputs = np.asarray(refined.inputs)[chosen_rows]
-    rewards = _diagnostic_edit_rewards(objective, inputs, new_v, state)
-
-    archive_x = np.concatenate([np.asarray(state.archive_sequences), new_x])
-    archive_v = np.concatenate([np.asarray(state.archive_values), new_v])
-    archive_r = np.concatenate(
-        [np.asarray(state.archive_rounds), np.full(new_v.shape, r, np.int32)]
-    )
-    num_evaluations = int(oracle.num_paid)
-    stop = 0
-    if found_optimum(archive_v, objective.optimal_value):
-        stop = 1
-    elif num_unique < cfg.min_candidates or new_v.size == 0:
-        stop = 2
-    mean_hamming = float(refined.mean_hamming)
-    new_state = LoopState(
-        round=jnp.asarray(r, jnp.int32),
-        key=next_key,
+    chosen_rows = chosen_rows[: affordable(candidates[chosen_rows])]
+    return Proposal(
+        state=state,
+        round=r,
+        loss=loss,
+        next_key=next_key,
         params=params,
-        reference_params=reference_params,
         opt_state=opt_state,
+        reference_params=state.params,
+        offset=float(offset),
+        refined=refined,
+        candidates=candidates,
+        chosen=chosen_rows,
+        new_x=candidates[chosen_rows].astype(np.int32),
+        num_pairs=int(data["units"]),
+        num_pair_candidates=int(data["num_candidates"]),
+        train_loss=train_loss,
+        train_info=dict(train_info),
+        num_novel=int(num_novel),
+        times=times,
+    )
+
+
+def next_state(
+    p: Proposal, new_v: np.ndarray, num_evaluations: int, cfg: LoopConfig, rt: Runtime
+) -> LoopState:
+    """The state after the round of ``p`` with its labels ``new_v`` (float32 ``[m]``, one per
+    ``p.new_x`` row), ``num_evaluations`` labels paid so far: ``S = S u S_i+1`` and the stop
+    code (the optimum found; too few unique valid candidates, or nothing new to label)."""
+    archive_x = np.concatenate([np.asarray(p.state.archive_sequences), p.new_x])
+    archive_v = np.concatenate([np.asarray(p.state.archive_values), new_v])
+    archive_r = np.concatenate(
+        [np.asarray(p.state.archive_rounds), np.full(new_v.shape, p.round, np.int32)]
+    )
+    stop = 0
+    if found_optimum(archive_v, rt.objective.optimal_value):
+        stop = 1
+    elif p.candidates.shape[0] < cfg.min_candidates or new_v.size == 0:
+        stop = 2
+    return LoopState(
+        round=jnp.asarray(p.round, jnp.int32),
+        key=p.next_key,
+        params=p.params,
+        reference_params=p.reference_params,
+        opt_state=p.opt_state,
         num_evaluations=jnp.asarray(num_evaluations, jnp.int32),
-        mean_hamming=jnp.asarray(mean_hamming, jnp.float32),
-        temperature_offset=jnp.asarray(offset, jnp.float32),
+        mean_hamming=jnp.asarray(float(p.refined.mean_hamming), jnp.float32),
+        temperature_offset=jnp.asarray(p.offset, jnp.float32),
         stop_code=jnp.asarray(stop, jnp.int32),
         archive_sequences=archive_x,
         archive_values=archive_v,
         archive_rounds=archive_r,
     )
+
+
+def round_record(
+    p: Proposal,
+    new_state: LoopState,
+    rt: Runtime,
+    *,
+    on_candidates: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """The ``rounds.jsonl`` fields of the round of ``p`` ending in ``new_state`` (except
+    ``seconds``; plus ``loss``, ``num_pairs``, ``num_valid``, ``num_unique``, per-phase ``time_*``
+    seconds and ``stop_reason``), its diagnostics computed here (module docstring), and the
+    candidate log passed to ``on_candidates``."""
+    from llome_jax.metrics import round_metrics
+
+    objective = rt.objective
+    r, refined, candidates = p.round, p.refined, p.candidates
+    new_v = np.asarray(new_state.archive_values)[len(np.asarray(p.state.archive_values)) :]
+    archive_v = np.asarray(new_state.archive_values)
+    num_unique = int(candidates.shape[0])
+    generated_feasible = _diagnostic_feasible(objective, candidates, refined.feasible)
+    if on_candidates is not None:
+        on_candidates(
+            _candidate_log(
+                r, p.loss, objective, refined, candidates, p.chosen, new_v, generated_feasible
+            )
+        )
+    # Diagnostic only (not oracle budget, never fed back): reward of each labelled edit.
+    inputs = np.asarray(refined.inputs)[p.chosen]
+    rewards = _diagnostic_edit_rewards(objective, inputs, new_v, p.state)
     num_generated = int(refined.num_generated)
+    stop = int(new_state.stop_code)
     metrics = round_metrics(
         r,
-        new_x,
+        p.new_x,
         new_v,
         archive_v,
         num_generated=num_generated,
         optimal_value=objective.optimal_value,
         worst_value=objective.worst_value,
-        num_evaluations=num_evaluations,
+        num_evaluations=int(new_state.num_evaluations),
         frac_unique=num_unique / num_generated if num_generated else float("nan"),
-        mean_hamming=mean_hamming,
+        mean_hamming=float(refined.mean_hamming),
         mean_reward=float(np.mean(rewards)) if rewards.size else float("nan"),
-        train_loss=train_loss,
-        temperature_offset=offset,
+        train_loss=p.train_loss,
+        temperature_offset=p.offset,
     )
     metrics.update(
-        loss=loss,
-        **train_info,
-        num_pairs=int(data["units"]),
-        num_pair_candidates=int(data["num_candidates"]),
+        loss=p.loss,
+        **p.train_info,
+        num_pairs=p.num_pairs,
+        num_pair_candidates=p.num_pair_candidates,
         num_valid=int(refined.num_valid),
         num_unique=num_unique,
-        num_novel=num_novel,
-        frac_novel=num_novel / num_unique if num_unique else float("nan"),
+        num_novel=p.num_novel,
+        frac_novel=p.num_novel / num_unique if num_unique else float("nan"),
         num_selected=int(new_v.size),
         num_proposals=int(new_v.size),
         frac_feasible_generated=float(np.mean(generated_feasible))
@@ -289,9 +346,63 @@ def llome_round(
         else float("nan"),
         best_value=float(np.max(archive_v)) if archive_v.size else float("nan"),
         stop_reason=stop_message(stop, objective.optimal_value),
-        **times,
+        **p.times,
     )
-    return new_state, metrics
+    return metrics
+
+
+def llome_round(
+    state: LoopState,
+    rt: Runtime,
+    cfg: LoopConfig,
+    *,
+    progress: bool = False,
+    on_candidates: Callable[[dict[str, Any]], None] | None = None,
+    oracle: Any = None,
+) -> tuple[LoopState, dict[str, Any]]:
+    """One LLOME round on its own (module docstring): :func:`propose`, the labels from
+    ``oracle``, :func:`next_state` and :func:`round_record`. Deterministic in ``(state, cfg)``;
+    ``state`` is kept. (:class:`~llome_jax.llome.loop.Llome` runs the same steps on the ask/tell
+    base, which owns the labelling.)
+
+    ``on_candidates`` (optional, off by default) is called once, after the round's oracle calls,
+    with the round's candidates before the Filter (:data:`CANDIDATE_FIELDS`: likelihoods,
+    refinement iteration, Filter choice, values); it changes nothing else in the round (the
+    paper's Figs. "calibration", "iterative refinement" and "candidate selection" need it).
+
+    ``oracle``: the run's :class:`~llome_jax.oracle.Oracle` (labels and constraint queries,
+    counted); ``None``: a fresh one holding the state's archive, with ``cfg``'s settings.
+
+    Returns:
+      ``(new_state, metrics)``; ``metrics`` holds the ``rounds.jsonl`` fields (except
+      ``seconds``) plus ``loss``, ``num_pairs``, ``num_valid``, ``num_unique``, per-phase
+      ``time_*`` seconds and ``stop_reason``. If ``S_i`` yields no training pairs, the state is
+      returned unchanged except ``stop_code = 3`` and ``metrics["round"]`` is ``None``.
+    """
+    if oracle is None:
+        from llome_jax.oracle import Oracle
+
+        oracle = Oracle(rt.objective, cfg.accounting, cfg.constraint_queries)
+        oracle.restore(
+            state.archive_sequences,
+            state.archive_values,
+            num_paid=int(state.num_evaluations),
+        )
+    p = propose(state, rt, cfg, oracle, oracle.affordable, progress=progress)
+    if p is None:
+        return dataclasses.replace(state, stop_code=jnp.asarray(3, jnp.int32)), {
+            "round": None,
+            "loss": cfg.loss(state.round_index + 1),
+            "stop_reason": STOP_REASONS[3],
+        }
+    t = time.perf_counter()
+    if p.new_x.shape[0]:
+        new_v = oracle.label(p.new_x).values  # the round's oracle calls (checked: float32 [j])
+    else:
+        new_v = np.zeros((0,), np.float32)
+    p.times["time_oracle"] = time.perf_counter() - t
+    new_state = next_state(p, new_v, int(oracle.num_paid), cfg, rt)
+    return new_state, round_record(p, new_state, rt, on_candidates=on_candidates)
 
 
 def _diagnostic_feasible(objective: Any, candidates: np.ndarray, known: Any) -> np.ndarray:

@@ -35,10 +35,10 @@ optimum found, or nothing proposed), checkpoints of the pytree state (orbax) and
 ``config.json`` with ``config_version`` and migrations (:class:`~llome_jax.plugin.
 RoundOptimizerBase`), provenance, trackers and the plot (:func:`llome_jax.runner.run`).
 
-Keys: round 0's GA gets ``round0_key(key)``, ``init_state`` ``fold_in(key, 2)``, round ``r``'s
-first ``ask`` ``k_r = fold_in(fold_in(key, 3), r)`` and its ask ``i > 0`` ``fold_in(k_r, i)``; so
-a resumed run asks with the keys an uninterrupted one does. :meth:`AskTellOptimizer.numpy_rng`
-turns a key into a NumPy generator for host code.
+Keys: round 0's GA gets ``round0_key(key)``, ``init_state`` ``fold_in(key, 2)`` (``state_key``),
+round ``r``'s first ``ask`` ``k_r = fold_in(fold_in(key, 3), r)`` and its ask ``i > 0``
+``fold_in(k_r, i)``; so a resumed run asks with the keys an uninterrupted one does.
+:meth:`AskTellOptimizer.numpy_rng` turns a key into a NumPy generator for host code.
 """
 
 from __future__ import annotations
@@ -249,9 +249,17 @@ class AskTellOptimizer(RoundOptimizerBase):
                 f"{type(self).__name__} needs a BenchmarkSettings configuration; {type(cfg)} has "
                 f"no {', '.join(missing)}"
             )
-        checked = self.checked_objective(cfg, objective, check_ehrlich=True)
+        checked = self.objective_for(cfg, objective)
         super().__init__(cfg, checked, custom_objective=objective is not None)
         self.x0 = ga_loop.validate_ga_inputs(checked, checked.x0, cfg.round0_ga)
+        #: whether the driver shows progress bars this round (for an ``ask`` that draws its own)
+        self.progress = False
+
+    def objective_for(self, cfg: Any, objective: Objective | None) -> Objective:
+        """The objective the run optimises: ``objective`` after one checked call, or the Ehrlich
+        function of ``cfg.function`` (:meth:`checked_objective`); a method that builds its own
+        (LLOME's runtime) returns that one."""
+        return self.checked_objective(cfg, objective, check_ehrlich=True)
 
     # ------------------------------------------------------------------ what a method supplies
     def init_state(self, key: jax.Array, data: LabelledData) -> Any:
@@ -304,6 +312,16 @@ class AskTellOptimizer(RoundOptimizerBase):
         """Round 0's GA key from the run key (default ``runner.round0_key``, shared by every
         method of a seed)."""
         return round0_key(key)
+
+    def state_key(self, key: jax.Array) -> jax.Array:
+        """:meth:`init_state`'s key from the run key (default ``fold_in(key, 2)``)."""
+        return jax.random.fold_in(key, 2)
+
+    def method_stop(self, state: Any) -> str:
+        """Why the method itself ends the run, read from its own ``state`` (default ``""``: it
+        does not). A single-ask method whose ``ask`` returns ``None`` proposals with a reason
+        here ends the run before the round: no record, the reason in ``stopped.json``."""
+        return ""
 
     def best_of(self, state: Any) -> float:
         """The best label a restored ``state`` knows, for a checkpoint whose metadata has none
@@ -374,7 +392,7 @@ class AskTellOptimizer(RoundOptimizerBase):
         particles.setflags(write=False)
         pv.setflags(write=False)
         data = self.data(start_at)._replace(round0=Round0(ga_state, run_key, particles, pv))
-        inner = self.init_state(jax.random.fold_in(key, 2), data)
+        inner = self.init_state(self.state_key(key), data)
         record.update(self.record0(inner, data))
         state = AskTellState(jax.random.fold_in(key, 3), inner, 0, "", best, start_at)
         return state, RoundResult(paid_x, paid_v, record)
@@ -386,6 +404,7 @@ class AskTellOptimizer(RoundOptimizerBase):
         budget), check and label the proposals, ``tell`` the optimizer; with
         ``asks_until_paid`` again until the round's labels are paid; then record the round."""
         r = state.round + 1
+        self.progress = progress
         oracle, length = self.oracle, self.objective.length
         target, whole = self.round_labels()
         round_key = jax.random.fold_in(state.key, r)
@@ -409,6 +428,8 @@ class AskTellOptimizer(RoundOptimizerBase):
             if len(out) > 2:
                 asked.append(out[2])
             if proposals is None:
+                if not self.asks_until_paid and self.method_stop(inner):
+                    return dataclasses.replace(state, inner=inner), None
                 break
             proposals = self._checked(proposals, num)
             if not len(proposals) and not self.asks_until_paid and self.stops_when_nothing_new:
@@ -482,7 +503,11 @@ class AskTellOptimizer(RoundOptimizerBase):
         return int(state.round)
 
     def stop_reason(self, state: AskTellState) -> str:
-        return optimum_stop_reason(state.best, self.objective.optimal_value) or state.stop
+        return (
+            optimum_stop_reason(state.best, self.objective.optimal_value)
+            or state.stop
+            or self.method_stop(state.inner)
+        )
 
     def save(self, manager: Any, state: AskTellState) -> None:
         """A checkpoint of the optimizer's own state (the rounds' key is the seed's: not
