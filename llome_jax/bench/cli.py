@@ -79,7 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--methods",
         default=None,
-        help=f"methods, comma-separated (default {','.join(DEFAULT_METHODS)})",
+        help=f"methods, comma-separated (default {','.join(DEFAULT_METHODS)}), or a registered "
+        "optimizer's name (llome-jax optimize --list), run beside them with the plan's round 0, "
+        "j and budget",
     )
     parser.add_argument(
         "--functions",

@@ -146,6 +146,9 @@ class Scale:
         return seeds
 
     def cost(self, kind: str, length: int, rounds: int) -> float:
+        """Estimated seconds of a run (a registered optimizer's at the GA's: unknown)."""
+        if kind.startswith("registry:"):
+            kind = "ga"
         first, per_round = dict(self.seconds)[(kind, length)]
         return first + rounds * per_round
 
@@ -307,7 +310,7 @@ def build_plan(scale: Scale, methods: Sequence[str], figures: Sequence[str]) -> 
         if method in F2_METHODS and function != "f2":
             return
         kind, default_schedule = {**METHODS, **EXTRA_METHODS, **F2_METHODS}.get(
-            method, ("llome", None)
+            method, (registered_kind(method) or "llome", None)
         )
         for seed in scale.seeds_for(function, kind):
             key = (method, function, seed)
@@ -397,17 +400,44 @@ def parse_figures(text: str | None) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+#: the kind of a run of a registered optimizer (``llome_jax.optimizers``): ``registry:NAME``
+REGISTERED = "registry:"
+
+
+def registered_kind(method: str) -> str | None:
+    """``registry:NAME`` for a method that is a registered optimizer's name outside the paper's
+    methods (``llome_jax.optimizers.names()``: a user's own, an installed package's), else
+    ``None``."""
+    from llome_jax import optimizers
+
+    builtin = {kind for kind, _ in (*METHODS.values(), *F2_METHODS.values())}
+    if method in builtin or method not in optimizers.names():
+        return None
+    return f"{REGISTERED}{method}"
+
+
 def parse_methods(text: str | None) -> list[str]:
     """``--methods``: method labels, comma-separated, any case (``None`` or empty: the
-    :data:`DEFAULT_METHODS`)."""
+    :data:`DEFAULT_METHODS`), or the name of a registered optimizer
+    (:func:`registered_kind`: it runs on figure 1's functions with the plan's shared settings,
+    reported beside the paper's methods, never deciding a paper claim)."""
     if not text:
         return list(DEFAULT_METHODS)
     lookup = {m.lower(): m for m in [*METHODS, *F2_METHODS]}
     out = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
-        if part.lower() not in lookup:
-            raise UsageError(f"unknown method {part!r}; choose from {', '.join(lookup.values())}")
-        out.append(lookup[part.lower()])
+        if part.lower() in lookup:
+            out.append(lookup[part.lower()])
+        elif registered_kind(part):
+            out.append(part)
+        else:
+            from llome_jax import optimizers
+
+            own = [n for n in optimizers.names() if registered_kind(n)]
+            raise UsageError(
+                f"unknown method {part!r}; choose from {', '.join(lookup.values())}"
+                + (f" or a registered optimizer ({', '.join(own)})" if own else "")
+            )
     return list(dict.fromkeys(out))
 
 
