@@ -16,8 +16,9 @@ Settings are fixed before looking at f2 (the defaults below), and the script run
     python experiments/local_search.py --function f2
 
 Writes ``OUT/<function>_r<rounds>_m<mutations>_k<incumbents>.csv`` (one row per run and
-round) and prints the min regret at the end. The search is :mod:`llome_jax.bench.local_search`
-(the paper driver runs it as its ``local search`` method); this is its command line.
+round) and prints the min regret at the end. The search is the ``local_search`` optimizer
+(:class:`llome_jax.optimizers.LocalSearch`, the paper driver's ``local search`` method, each run
+a resumable run directory of the optimizers' layout); this is its command line.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import pathlib
 
 import numpy as np
 
-from llome_jax.bench.local_search import run  # the search itself (also the paper driver's)
+from llome_jax.bench.local_search import run  # runs of the LocalSearch plug-in
 
 
 def _slug(function: str) -> str:
@@ -36,27 +37,10 @@ def _slug(function: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in function).strip("_")
 
 
-def run_directory(root: pathlib.Path, args, instance, seed: int):
-    """A fresh ``RunDirectory`` (the optimizers' layout) for one run, replacing an earlier one."""
-    import shutil
-
-    from llome_jax.rundir import RunDirectory
-
-    slug = _slug(args.function)
-    path = root / (f"{slug}_seed{seed}" if instance is None else f"{slug}_{instance}_seed{seed}")
-    shutil.rmtree(path, ignore_errors=True)
-    config = {
-        "optimizer": "local_search",
-        "method": "blind local search",
-        "function": args.function,
-        "instance_seed": instance,
-        "seed": seed,
-        "incumbents": args.incumbents,
-        "mutations": args.mutations,
-        "per_round": args.per_round,
-        "accounting": args.accounting,
-    }
-    return RunDirectory.create(path, config)
+def run_directory(root: pathlib.Path, function: str, instance, seed: int) -> pathlib.Path:
+    """Where one run's directory goes (the optimizers' layout; an earlier one is replaced)."""
+    slug = _slug(function)
+    return root / (f"{slug}_seed{seed}" if instance is None else f"{slug}_{instance}_seed{seed}")
 
 
 def main() -> None:
@@ -99,7 +83,7 @@ def main() -> None:
         finals = []
         for seed in seeds:
             directory = (
-                run_directory(pathlib.Path(args.out) / "runs", args, instance, seed)
+                run_directory(pathlib.Path(args.out) / "runs", args.function, instance, seed)
                 if args.run_dirs
                 else None
             )

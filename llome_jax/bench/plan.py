@@ -61,7 +61,7 @@ EXTRA_METHODS: dict[str, tuple[str, str | None]] = {
     "LLOME-REINFORCE": ("llome", "sft:1,reinforce:1"),
 }
 #: f2 only (figure 1's f2 panel, where the paper makes its claims): blind local search (no model;
-#: :mod:`llome_jax.bench.local_search`) and LLOME-MargE fine-tuned from the shipped prior
+#: :class:`llome_jax.optimizers.LocalSearch`) and LLOME-MargE fine-tuned from the shipped prior
 #: (``cpu-pretrained``); selectable with --methods
 F2_METHODS: dict[str, tuple[str, str | None]] = {
     "local search": ("local_search", None),

@@ -6,10 +6,10 @@ best labelled sequences (ties at the cut broken at random); nothing labelled is 
 Nothing is learnt: it is the floor a model-guided method should clear at the same label budget
 (the paper driver's ``local search`` method, docs/experiments.md).
 
-The proposals are :func:`llome_jax.bench.local_search.propose`'s, drawn from a NumPy PCG64
+The proposals are :func:`propose`'s, drawn from a NumPy PCG64
 generator seeded ``1000 + seed`` whose state is the optimizer's pytree state (ten uint32 words),
 so a resumed run draws what an uninterrupted one does and the runs made before this plug-in
-(``experiments/local_search.py``) are repeated label for label.
+(``experiments/local_search.py``'s own loop) are repeated label for label.
 """
 
 from __future__ import annotations
@@ -20,10 +20,15 @@ from typing import Any
 import jax
 import numpy as np
 
-from llome_jax.bench.local_search import propose
 from llome_jax.optimizers.base import AskTellOptimizer, BenchmarkSettings, LabelledData
 
-__all__ = ["LocalSearch", "LocalSearchConfig", "generator_from_words", "generator_words"]
+__all__ = [
+    "LocalSearch",
+    "LocalSearchConfig",
+    "generator_from_words",
+    "generator_words",
+    "propose",
+]
 
 _MASK = (1 << 32) - 1
 
@@ -66,6 +71,48 @@ def generator_from_words(words: Any) -> np.random.Generator:
         "uinteger": w[9],
     }
     return np.random.Generator(bits)
+
+
+def propose(
+    rng: np.random.Generator,
+    sequences: np.ndarray,
+    values: np.ndarray,
+    seen: set[bytes],
+    num: int,
+    incumbents: int,
+    mutations: int,
+    num_states: int,
+) -> np.ndarray:
+    """``num`` new distinct sequences, each ``mutations`` random substitutions of one of the
+    ``incumbents`` best labelled sequences (ties at the cut broken at random)."""
+    order = rng.permutation(len(values))
+    order = order[np.argsort(-values[order], kind="stable")][:incumbents]
+    top = sequences[order]
+    length = sequences.shape[1]
+    out: list[np.ndarray] = []
+    stale = 0
+    while len(out) < num:
+        if stale == 20:
+            raise ValueError(
+                f"only {len(out)} of {num} new sequences found around the {len(top)} incumbents."
+            )
+        found = len(out)
+        parents = top[rng.integers(0, len(top), 4 * num)]
+        children = parents.copy()
+        rows = np.arange(len(children))
+        for _ in range(mutations):
+            position = rng.integers(0, length, len(children))
+            shift = rng.integers(1, num_states, len(children))  # a different state
+            children[rows, position] = (children[rows, position] + shift) % num_states
+        for child in children:
+            key = child.astype(np.uint8).tobytes()
+            if key not in seen:
+                seen.add(key)
+                out.append(child)
+                if len(out) == num:
+                    break
+        stale = stale + 1 if len(out) == found else 0
+    return np.stack(out)
 
 
 class LocalSearch(AskTellOptimizer):
