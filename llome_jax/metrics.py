@@ -31,6 +31,7 @@ __all__ = [
     "mean_reward",
     "regret",
     "round_metrics",
+    "rows_in",
 ]
 
 
@@ -92,6 +93,35 @@ def mean_hamming_to_nearest(sequences: Any, reference: Any, block: int = 2048) -
         distance = (sequences[:, None, :] != chunk[None, :, :]).mean(-1)
         best = np.minimum(best, distance.min(axis=1))
     return float(best.mean())
+
+
+def rows_in(sequences: Any, reference: Any) -> np.ndarray:
+    """Which rows of ``sequences`` occur (exactly) as a row of ``reference``.
+
+    Args:
+      sequences: ``[N, L]`` integer array.
+      reference: ``[M, L]`` integer array (``M`` may be 0).
+
+    Returns:
+      bool ``[N]``.
+
+    Example:
+      >>> import numpy as np
+      >>> rows_in(np.array([[0, 1], [1, 0], [2, 2]]), np.array([[2, 2], [0, 1]])).tolist()
+      [True, False, True]
+    """
+    x = np.asarray(sequences)
+    ref = np.asarray(reference)
+    if x.ndim != 2 or ref.ndim != 2 or (ref.shape[0] and ref.shape[1] != x.shape[1]):
+        raise ValueError(
+            f"sequences [N, L] and reference [M, L] must share L; got {x.shape} and {ref.shape}."
+        )
+    if x.shape[0] == 0 or ref.shape[0] == 0:
+        return np.zeros((x.shape[0],), bool)
+    x = np.ascontiguousarray(x, np.int64)
+    ref = np.ascontiguousarray(ref, np.int64)
+    row = np.dtype((np.void, 8 * x.shape[1]))
+    return np.isin(x.view(row).ravel(), ref.view(row).ravel())
 
 
 def round_metrics(
@@ -184,8 +214,6 @@ def frac_novel(sequences: Any, known: Any) -> float:
         )
     if x.shape[0] == 0:
         return float("nan")
-    from llome_jax.llome.data import rows_in
-
     return float(np.mean(~rows_in(x, k)))
 
 

@@ -20,6 +20,7 @@ import pytest
 from llome_jax import cli, dataset_logprobs, ehrlich, ga, ga_loop, train_optimizer
 from llome_jax.checkpoint import CheckpointManager
 from llome_jax.llome import finetune, loop
+from llome_jax.llome import round as llome_round_module
 from llome_jax.llome import state as llome_state
 from llome_jax.llome.config import loss_for_round, parse_schedule, schedule_for_loss
 from llome_jax.llome.presets import preset
@@ -385,7 +386,7 @@ def test_training_data_latest_or_cumulative(
         return real_refine(key, policy, codec, fn, seeds, *args, **kwargs)
 
     monkeypatch.setattr(finetune, "training_data", training_data_spy)
-    monkeypatch.setattr(refine, "iterative_refinement", refine_spy)
+    monkeypatch.setattr(llome_round_module, "iterative_refinement", refine_spy)  # as round calls it
     llome_round(state, _runtime(cfg), cfg)
     archive = np.asarray(state.archive_sequences)
     latest = archive[np.asarray(state.archive_rounds) == 1]
@@ -441,7 +442,7 @@ def test_round_temperatures_and_novel_candidates(
         return real_refine(key, policy, codec, fn, seeds, temperatures, *args, **kwargs)
 
     monkeypatch.setattr(finetune, "train", frozen)
-    monkeypatch.setattr(refine, "iterative_refinement", refine_spy)
+    monkeypatch.setattr(llome_round_module, "iterative_refinement", refine_spy)  # as round calls it
     logs: list[dict[str, Any]] = []
     new_state, metrics = llome_round(state, _runtime(cfg), cfg, on_candidates=logs.append)
 

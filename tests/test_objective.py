@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from llome_jax import Objective, cli, ehrlich, ga, ga_loop, ga_optimizer, rundir
+from llome_jax import Objective, cli, ehrlich, ga, ga_loop, ga_optimizer, optimizers, rundir
 from llome_jax.lambo2 import optimizer as lambo2
 from llome_jax.llome import loop, presets
 from llome_jax.objective import load_objective
@@ -464,6 +464,28 @@ def test_cli_refuses_a_bad_objective_before_writing(
     err = capsys.readouterr().err
     assert err.startswith(f"llome-jax {command}: error:")
     assert len(re.findall(message, err)) == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", optimizers.names())
+@pytest.mark.parametrize(
+    ("attr", "message"),
+    [
+        ("{file}:ints", "Objective 'ints': evaluate returned dtype int64"),
+        ("{file}:nans", "Objective 'nans': evaluate returned NaN"),
+    ],
+    ids=["int", "nan"],
+)
+def test_every_registered_optimizer_refuses_a_bad_objective_before_writing(
+    name, attr, message, objectives_file, tmp_path, capsys
+) -> None:
+    """``llome-jax optimize NAME --objective``: one line, exit 2, nothing written, for every
+    optimizer of the registry (a newly registered one included, with no test edited)."""
+    out = tmp_path / "out"
+    argv = ["optimize", name, "--objective", attr.format(file=objectives_file), "--out", str(out)]
+    assert cli.main([*argv, "--no-progress"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("llome-jax optimize: error:") and re.search(message, line)
     assert not out.exists()
 
 

@@ -13,15 +13,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import numpy as np
 
 from llome_jax.lambo2.model import ModelConfig
-
-if TYPE_CHECKING:  # lambo2.train imports this module
-    from llome_jax.lambo2.train import TrainConfig
+from llome_jax.lambo2.train_config import TrainConfig
 
 __all__ = [
     "StepBatch",

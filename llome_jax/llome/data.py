@@ -45,6 +45,7 @@ import numpy as np
 
 from llome_jax.llome.neighbours import HammingNeighbours, hamming_neighbours, padded_size
 from llome_jax.loss_inputs import margin_reward
+from llome_jax.metrics import rows_in  # re-exported: its home is llome_jax.metrics
 
 __all__ = [
     "PreferenceTriples",
@@ -214,35 +215,6 @@ def first_occurrences(sequences: Any) -> np.ndarray:
     rows = x.view(np.dtype((np.void, x.dtype.itemsize * x.shape[1]))).ravel()
     _, first = np.unique(rows, return_index=True)
     return np.sort(first).astype(np.int64)
-
-
-def rows_in(sequences: Any, reference: Any) -> np.ndarray:
-    """Which rows of ``sequences`` occur (exactly) as a row of ``reference``.
-
-    Args:
-      sequences: ``[N, L]`` integer array.
-      reference: ``[M, L]`` integer array (``M`` may be 0).
-
-    Returns:
-      bool ``[N]``.
-
-    Example:
-      >>> import numpy as np
-      >>> rows_in(np.array([[0, 1], [1, 0], [2, 2]]), np.array([[2, 2], [0, 1]])).tolist()
-      [True, False, True]
-    """
-    x = np.asarray(sequences)
-    ref = np.asarray(reference)
-    if x.ndim != 2 or ref.ndim != 2 or (ref.shape[0] and ref.shape[1] != x.shape[1]):
-        raise ValueError(
-            f"sequences [N, L] and reference [M, L] must share L; got {x.shape} and {ref.shape}."
-        )
-    if x.shape[0] == 0 or ref.shape[0] == 0:
-        return np.zeros((x.shape[0],), bool)
-    x = np.ascontiguousarray(x, np.int64)
-    ref = np.ascontiguousarray(ref, np.int64)
-    row = np.dtype((np.void, 8 * x.shape[1]))
-    return np.isin(x.view(row).ravel(), ref.view(row).ravel())
 
 
 def _validate_values(values: Any, n: int) -> np.ndarray:

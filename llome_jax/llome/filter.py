@@ -35,7 +35,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from llome_jax.llome.data import _permutation, _random_subset, first_occurrences, rows_in
+from llome_jax.llome.data import _permutation, _random_subset, first_occurrences
+from llome_jax.metrics import rows_in
 
 __all__ = ["FilterConfig", "FilterResult", "filter_candidates"]
 

@@ -40,10 +40,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from llome_jax import ehrlich
 from llome_jax.llome import finetune
 from llome_jax.llome.config import LoopConfig
+from llome_jax.llome.filter import filter_candidates
+from llome_jax.llome.refine import iterative_refinement
 from llome_jax.llome.runtime import Runtime, model_with
+from llome_jax.llome.seeds import select_seeds, select_seeds_reference
 from llome_jax.llome.state import STOP_REASONS, LoopState, found_optimum, stop_message
+from llome_jax.llome.temperature import TemperatureSchedule, temperature_offset, temperatures
+from llome_jax.loss_inputs import margin_reward
+from llome_jax.metrics import round_metrics, rows_in
+from llome_jax.oracle import Oracle
 from llome_jax.runner import progress_bar
 
 __all__ = [
@@ -144,11 +152,6 @@ def propose(
     Returns:
       the :class:`Proposal`, or ``None`` when ``S_i`` yields no training pairs.
     """
-    from llome_jax.llome.data import rows_in
-    from llome_jax.llome.filter import filter_candidates
-    from llome_jax.llome.refine import iterative_refinement
-    from llome_jax.llome.seeds import select_seeds, select_seeds_reference
-    from llome_jax.llome.temperature import TemperatureSchedule, temperature_offset, temperatures
 
     r = state.round_index + 1
     loss = cfg.loss(r)
@@ -296,7 +299,6 @@ def round_record(
     ``seconds``; plus ``loss``, ``num_pairs``, ``num_valid``, ``num_unique``, per-phase ``time_*``
     seconds and ``stop_reason``), its diagnostics computed here (module docstring), and the
     candidate log passed to ``on_candidates``."""
-    from llome_jax.metrics import round_metrics
 
     objective = rt.objective
     r, refined, candidates = p.round, p.refined, p.candidates
@@ -380,8 +382,6 @@ def llome_round(
       returned unchanged except ``stop_code = 3`` and ``metrics["round"]`` is ``None``.
     """
     if oracle is None:
-        from llome_jax.oracle import Oracle
-
         oracle = Oracle(rt.objective, cfg.accounting, cfg.constraint_queries)
         oracle.restore(
             state.archive_sequences,
@@ -411,8 +411,6 @@ def _diagnostic_feasible(objective: Any, candidates: np.ndarray, known: Any) -> 
     own kernel on every candidate, labelled or not (not a constraint query the optimizer made,
     not counted), else what the Filter knew (``known``). bool ``[M]``."""
     if objective.is_ehrlich and candidates.shape[0]:
-        from llome_jax import ehrlich
-
         return np.asarray(ehrlich.is_feasible(objective.ehrlich, candidates), bool)
     return np.asarray(known, bool)
 
@@ -476,13 +474,11 @@ def _diagnostic_edit_rewards(
     edits whose input was labelled before (GA data, earlier rounds; the seeds of the round) count,
     with that label. float32 ``[m]`` (possibly empty).
     """
-    from llome_jax.loss_inputs import margin_reward
 
     if not len(new_v):
         return np.zeros(0)
     if objective.is_ehrlich:
         return np.asarray(margin_reward(objective(inputs), new_v))
-    from llome_jax.llome.data import rows_in
 
     archive_x = np.asarray(state.archive_sequences)
     known = rows_in(inputs, archive_x)
