@@ -54,8 +54,8 @@ class SweepResult:
 def make_executor(name: str, out: str | os.PathLike, **options: Any) -> Any:
     """The executor ``name`` (:data:`EXECUTORS`) with its ``options``: ``local``: ``workers``,
     ``gpus``; ``slurm``: ``cluster``, ``margin``, ``min_minutes``, ``parallelism``, ``slurm``,
-    ``poll`` (submitit's files under ``OUT/sweep/submitit``); ``ray``: ``address``,
-    ``num_cpus``.
+    ``poll``, ``max_array_size``, ``python`` (submitit's files under ``OUT/sweep/submitit``);
+    ``ray``: ``address``, ``num_cpus``.
 
     Raises:
       ValueError: an unknown executor.

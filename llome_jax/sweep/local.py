@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from llome_jax.sweep.plans import SweepPlan
-from llome_jax.sweep.tasks import Task, TaskResult, log_path, run_task, slug
+from llome_jax.sweep.tasks import Task, TaskResult, log_path, logged_process, run_task, slug
 
 __all__ = ["InlineExecutor", "LocalExecutor", "died", "log_tail", "visible_gpus"]
 
@@ -35,7 +35,14 @@ def log_tail(task: Task, lines: int = 40) -> str:
 
 def died(task: Task, how: str, seconds: float = 0.0) -> TaskResult:
     """The result of a task whose process ended without one (``how``: what the engine said),
-    with the end of its log as the traceback."""
+    with the end of its log as the traceback and the host and PID its log's first line names
+    (:func:`~llome_jax.sweep.tasks.logged_process`)."""
+    try:
+        with open(log_path(task.out, task.name, task.attempt), errors="replace") as stream:
+            head = stream.read(4096)
+    except OSError:
+        head = ""
+    host, pid = logged_process(head)
     return TaskResult(
         name=task.name,
         attempt=task.attempt,
@@ -43,6 +50,8 @@ def died(task: Task, how: str, seconds: float = 0.0) -> TaskResult:
         seconds=seconds,
         error=how,
         traceback=log_tail(task),
+        host=host,
+        pid=pid,
     )
 
 

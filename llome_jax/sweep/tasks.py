@@ -11,7 +11,9 @@ limit: the round in progress is finished first) as ``interrupted``.
 Fault injection, for the tests of the engines (a process killed midway, a task that raises):
 :data:`FAULT_ENV` holds ``ACTION:RUN:ROUND`` items, comma-separated, each acted on in the first
 attempt only, when the run's round ``ROUND`` has written its labels and record and before its
-checkpoint: ``kill`` (SIGKILL: the process dies as at a node failure) or ``raise`` (an error).
+checkpoint: ``kill`` (SIGKILL: the process dies as at a node failure), ``raise`` (an error) or
+``hold`` (print ``fault injection: holding, pid <PID>`` to the task's log and sleep up to
+:data:`HOLD_SECONDS`, for a test to kill the process from outside by its PID).
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ from llome_jax.bench.plan import RunSpec, Scale
 __all__ = [
     "CACHE_MODES",
     "FAULT_ENV",
+    "HOLD_SECONDS",
     "NODE_CACHE_BYTES",
     "Task",
     "TaskResult",
     "log_path",
+    "logged_process",
     "run_task",
     "slug",
 ]
@@ -49,6 +53,8 @@ CACHE_MODES = ("task", "node", "off")
 NODE_CACHE_BYTES = 8 << 30
 #: fault injection for tests (module docstring)
 FAULT_ENV = "LLOME_JAX_SWEEP_FAULT"
+#: how long the ``hold`` fault sleeps before the task goes on
+HOLD_SECONDS = 600.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +96,10 @@ class TaskResult:
         the run stopped at a round boundary), ``failed`` (an error, or the process died).
       error: one line: the exception, or how the process ended.
       traceback: the traceback, or the end of the task's log when its process died.
+      host / pid: where the task's process ran (from its log's first line when it died).
+      job_id / job_state / exit_code: on SLURM, the task's job (``123_4``) and, when the job
+        ended without a result, its state (``FAILED``, ``TIMEOUT``, ...) and exit code
+        (``status:signal``).
     """
 
     name: str
@@ -101,6 +111,9 @@ class TaskResult:
     traceback: str = ""
     host: str = ""
     pid: int = 0
+    job_id: str = ""
+    job_state: str = ""
+    exit_code: str = ""
 
     @property
     def ok(self) -> bool:
@@ -117,6 +130,9 @@ class TaskResult:
             "traceback": self.traceback,
             "host": self.host,
             "pid": self.pid,
+            "job_id": self.job_id,
+            "job_state": self.job_state,
+            "exit_code": self.exit_code,
             "seconds": round(self.seconds, 1),
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
@@ -130,6 +146,15 @@ def slug(name: str) -> str:
 def log_path(out: str | pathlib.Path, name: str, attempt: int) -> pathlib.Path:
     """Where a task's output goes: ``OUT/sweep/logs/<run>.<attempt>.log``."""
     return pathlib.Path(out) / "sweep" / "logs" / f"{slug(name)}.{attempt}.log"
+
+
+def logged_process(text: str) -> tuple[str, int]:
+    """``(host, pid)`` from a task log's first line (``[run] attempt 2 on HOST, pid PID``), or
+    ``("", 0)`` when the log has no such line."""
+    import re
+
+    found = re.search(r"^\[[^\]]+\] attempt \d+ on (\S+), pid (\d+)$", text, re.MULTILINE)
+    return (found.group(1), int(found.group(2))) if found else ("", 0)
 
 
 def run_task(task: Task) -> TaskResult:
@@ -172,7 +197,10 @@ def _run(task: Task) -> str:
     out = pathlib.Path(task.out)
     _enable_cache(task, out)
     path = out / "runs" / task.name
-    print(f"[{task.name}] attempt {task.attempt} on {socket.gethostname()}", flush=True)
+    print(
+        f"[{task.name}] attempt {task.attempt} on {socket.gethostname()}, pid {os.getpid()}",
+        flush=True,
+    )
     if task.spec is None:
         return str(difficulty.run_difficulty(task.scale, path))
     trackers = _faults(task)
@@ -240,6 +268,9 @@ class _Fault:
             os.kill(os.getpid(), signal.SIGKILL)
         elif action == "raise":
             raise RuntimeError(f"fault injection: an error after round {record['round']}'s record")
+        elif action == "hold":
+            print(f"fault injection: holding, pid {os.getpid()}", flush=True)
+            time.sleep(HOLD_SECONDS)
 
     def finish(self, error: BaseException | None = None) -> None:
         pass
