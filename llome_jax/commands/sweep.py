@@ -64,6 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--report-only", action="store_true", help="write the report from the finished runs"
     )
     parser.add_argument("--no-report", action="store_true", help="no report after the runs")
+    parser.add_argument(
+        "--rerun-changed",
+        action="store_true",
+        help="run again from scratch the finished runs another plan made (their done.json "
+        "fingerprint differs: rounds, budget, an override); without it they are refused",
+    )
     resources = parser.add_argument_group("resources (every run; default: the plan's)")
     resources.add_argument("--cpus", type=int, default=None, help="CPU cores per run")
     resources.add_argument("--gpus", type=int, default=None, help="GPUs per run")
@@ -170,7 +176,9 @@ def run(args: argparse.Namespace) -> int:
     out = pathlib.Path(args.out)
     patterns = None if args.runs is None else [p.strip() for p in args.runs.split(",") if p]
     if args.dry_run:
-        print_plan(plan, out, plan.select(patterns), args)
+        names = plan.select(patterns)
+        changed = driver.check_changes(plan, out, names, args.rerun_changed)
+        print_plan(plan, out, names, args, changed)
         return 0
     if args.report_only:
         out.mkdir(parents=True, exist_ok=True)
@@ -187,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
         cache=args.compile_cache,
         env=_pairs(args.env, "--env"),
         report=not args.no_report,
+        rerun_changed=args.rerun_changed,
         **options,
     )
     return 0 if not result.missing else 1
@@ -219,10 +228,18 @@ def _executor_options(args: argparse.Namespace) -> dict:
     return {}
 
 
-def print_plan(plan, out, names: list[str], args: argparse.Namespace) -> None:
+def print_plan(
+    plan, out, names: list[str], args: argparse.Namespace, changed: dict | None = None
+) -> None:
     """``--dry-run``: each selected run with its kind, resources, time limit, estimated minutes
-    and state, then the estimated wall time on ``--workers`` workers (longest runs first)."""
+    and state (``rerun``: a finished run another plan made, ``changed``, run again), then the
+    estimated wall time on ``--workers`` workers (longest runs first)."""
     from llome_jax.sweep.driver import finished
+
+    changed = changed or {}
+
+    def todo(name: str) -> bool:
+        return name in changed or not finished(out, name)
 
     workers = args.workers or 1
     print(
@@ -234,12 +251,12 @@ def print_plan(plan, out, names: list[str], args: argparse.Namespace) -> None:
         need = plan.resources_for(name)
         memory = "" if need.mem_gb is None else f" {need.mem_gb:g} GB"
         limit = plan.time_limit_minutes(name, args.time_margin, args.min_minutes)
-        state = "done" if finished(out, name) else "todo"
+        state = "rerun" if name in changed else "todo" if todo(name) else "done"
         print(
             f"  {name:45s} {spec.kind if spec else 'ga':7s} {plan.seconds(name) / 60:8.1f} min  "
             f"{need.cpus} CPU {need.gpus} GPU{memory}, limit {limit} min  {state}"
         )
-    seconds = [plan.seconds(name) for name in names if not finished(out, name)]
+    seconds = [plan.seconds(name) for name in names if todo(name)]
     print(
         f"estimated total: {sum(seconds) / 3600:.2f} h of runs; on {workers} worker(s) about "
         f"{makespan(seconds, workers) / 3600:.2f} h (longest run "

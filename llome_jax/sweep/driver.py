@@ -17,14 +17,25 @@ import dataclasses
 import json
 import os
 import pathlib
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from llome_jax.bench.plan import UsageError
+from llome_jax.sweep import fingerprint
 from llome_jax.sweep.plans import DIFFICULTY, SweepPlan
 from llome_jax.sweep.tasks import CACHE_MODES, Task, TaskResult, log_path
 
-__all__ = ["EXECUTORS", "FAILURES", "SweepResult", "finished", "make_executor", "run_sweep"]
+__all__ = [
+    "EXECUTORS",
+    "FAILURES",
+    "SweepResult",
+    "check_changes",
+    "finished",
+    "make_executor",
+    "run_sweep",
+]
 
 #: the executors :func:`make_executor` knows
 EXECUTORS = ("inline", "local", "slurm", "ray")
@@ -87,6 +98,31 @@ def finished(out: pathlib.Path, name: str) -> bool:
     return (out / "runs" / name / marker).exists()
 
 
+def check_changes(
+    plan: SweepPlan, out: str | os.PathLike, names: Sequence[str], rerun_changed: bool = False
+) -> dict[str, str]:
+    """The finished runs of ``names`` that another plan made (their ``done.json`` fingerprint,
+    or for a run finished before fingerprints its ``config.json``, disagrees with ``plan``:
+    :func:`llome_jax.sweep.fingerprint.changed_runs`) -> what changed; reads only.
+
+    Raises:
+      UsageError: such runs without ``rerun_changed``: one line naming the first few and the
+        settings that changed.
+    """
+    specs = [spec for spec in map(plan.spec, names) if spec is not None]
+    changed = fingerprint.changed_runs(pathlib.Path(out), specs, plan.scale)
+    if changed and not rerun_changed:
+        shown = ", ".join(list(changed)[:3])
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        what = list(dict.fromkeys(why for why in changed.values() if why))
+        settings = f" ({'; '.join(what[:2])}{'; ...' if len(what) > 2 else ''})" if what else ""
+        raise UsageError(
+            f"{len(changed)} finished run(s) were made by another plan: {shown}{more}{settings}; "
+            "--rerun-changed runs them again from scratch (or restore the plan's settings)"
+        )
+    return changed
+
+
 def run_sweep(
     plan: SweepPlan,
     out: str | os.PathLike,
@@ -97,6 +133,7 @@ def run_sweep(
     cache: str = "task",
     env: Mapping[str, str] | None = None,
     report: bool = True,
+    rerun_changed: bool = False,
     log: Any = print,
     **options: Any,
 ) -> SweepResult:
@@ -110,10 +147,13 @@ def run_sweep(
       env: environment variables set in every task before JAX starts.
       report: write ``report.md`` and the figures after the runs (from every planned run that
         finished, the unselected included).
+      rerun_changed: run the finished runs another plan made (:func:`check_changes`) again from
+        scratch (their run directories removed first) instead of refusing them.
       log: where progress lines go.
 
     Raises:
-      UsageError: ``runs`` patterns that match nothing.
+      UsageError: ``runs`` patterns that match nothing; finished runs another plan made,
+        without ``rerun_changed`` (nothing written).
       ValueError: an unknown executor, a negative ``retries``, an unknown cache mode.
     """
     if retries < 0:
@@ -123,7 +163,13 @@ def run_sweep(
     t0 = time.perf_counter()
     out = pathlib.Path(out).resolve()
     names = plan.select(runs)
+    changed = check_changes(plan, out, names, rerun_changed)
     out.mkdir(parents=True, exist_ok=True)
+    if changed:
+        shown = ", ".join(list(changed)[:3]) + (" ..." if len(changed) > 3 else "")
+        log(f"re-running {len(changed)} run(s) another plan made, from scratch: {shown}")
+        for name in changed:
+            shutil.rmtree(out / "runs" / name)
     engine = make_executor(executor, out, **options) if isinstance(executor, str) else executor
     if engine.name == "inline" and cache == "task":  # one process: one cache for every run
         from llome_jax import compile_cache

@@ -4,7 +4,8 @@ Every executor ships a :class:`Task` (picklable, no JAX inside) to a fresh proce
 :class:`TaskResult` back. :func:`run_task` sets the task's environment before JAX starts, sends
 the task's output to ``OUT/sweep/logs/<run>.<attempt>.log``, gives the task its compilation cache
 (:data:`CACHE_MODES`) and runs, resumes or skips its run directory with
-:func:`llome_jax.bench.execution.run_one`, the paper driver's own path. It never raises: an
+:func:`llome_jax.bench.execution.run_one`, the paper driver's own path (a run it finishes gets
+its plan fingerprint in ``done.json``: :mod:`llome_jax.sweep.fingerprint`). It never raises: an
 error comes back as a ``failed`` result with its traceback, an interruption (SIGTERM at a time
 limit: the round in progress is finished first) as ``interrupted``.
 
@@ -204,7 +205,12 @@ def _run(task: Task) -> str:
     if task.spec is None:
         return str(difficulty.run_difficulty(task.scale, path))
     trackers = _faults(task)
-    return execution.run_one(task.spec, task.scale, path, progress=True, trackers=trackers)
+    how = execution.run_one(task.spec, task.scale, path, progress=True, trackers=trackers)
+    if how in ("new", "resumed"):  # what the run was made from (llome_jax.sweep.fingerprint)
+        from llome_jax.sweep import fingerprint
+
+        fingerprint.stamp(path, task.spec, task.scale)
+    return how
 
 
 def _enable_cache(task: Task, out: pathlib.Path) -> None:
