@@ -20,7 +20,8 @@ import time
 
 import jax
 
-from llome_jax import ehrlich, ga, ga_loop
+from llome_jax import ehrlich, ga
+from llome_jax.ga import loop as ga_loop
 
 REFERENCE_GEN_PER_S = {"f2": 96.0, "f4": 12.6}
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"

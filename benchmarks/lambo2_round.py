@@ -302,11 +302,12 @@ def main() -> None:
         name = "lambo2_fused_step.json" if args.compare_steps else "lambo2_round.json"
         args.out = str(results_dir / name)
 
-    from llome_jax import ehrlich, ga, ga_loop
+    from llome_jax import ehrlich, ga
+    from llome_jax.ga import loop as ga_loop
+    from llome_jax.host.parallel import make_mesh
     from llome_jax.lambo2 import data as lambo_data
     from llome_jax.lambo2 import design, model, optimizer, train
     from llome_jax.lambo2 import seeds as lambo_seeds
-    from llome_jax.parallel import make_mesh
 
     overrides: dict = {"function": args.function, "seed": args.seed}
     overrides["num_samples"] = args.num_samples
@@ -494,7 +495,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from llome_jax.host_memory import reexec_with_huge_pages
+    from llome_jax.host.memory import reexec_with_huge_pages
 
     reexec_with_huge_pages()  # huge pages for malloc: ~1.25x faster steps (see that module)
     main()

@@ -144,7 +144,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from llome_jax.host_memory import reexec_with_huge_pages
+    from llome_jax.host.memory import reexec_with_huge_pages
 
     reexec_with_huge_pages()  # huge pages for malloc: ~1.25x faster steps (see that module)
     main()

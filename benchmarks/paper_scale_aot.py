@@ -57,15 +57,15 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from _report import compiled_memory_gib, write_json  # noqa: E402  (benchmarks/_report.py)
 
-from llome_jax import parallel  # noqa: E402
+from llome_jax.host import parallel  # noqa: E402
 from llome_jax.llome.finetune import microbatches  # noqa: E402
 from llome_jax.llome.presets import preset  # noqa: E402
 from llome_jax.lm.logprobs import target_window  # noqa: E402
 from llome_jax.lm.pythia import PythiaConfig, abstract_model  # noqa: E402
-from llome_jax.loss_inputs import LossBatch  # noqa: E402
-from llome_jax.loss_registry import default_params, get_loss, loss_spec  # noqa: E402
-from llome_jax.train import TrainBatch, TrainState, make_train_step, split_params  # noqa: E402
-from llome_jax.train_optimizer import make_optimizer, paper_optimizer  # noqa: E402
+from llome_jax.training.loss_inputs import LossBatch  # noqa: E402
+from llome_jax.training.loss_registry import default_params, get_loss, loss_spec  # noqa: E402
+from llome_jax.training.optimizer import make_optimizer, paper_optimizer  # noqa: E402
+from llome_jax.training.step import TrainBatch, TrainState, make_train_step, split_params  # noqa: E402
 from llome_jax.types import SeqLogProbs  # noqa: E402
 
 

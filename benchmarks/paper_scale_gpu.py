@@ -65,10 +65,10 @@ def _train_row(args: argparse.Namespace, paper: Any, loss: str) -> dict[str, Any
     from llome_jax.llome.finetune import microbatches
     from llome_jax.lm.logprobs import target_window
     from llome_jax.lm.pythia import Pythia, PythiaConfig, abstract_model
-    from llome_jax.loss_inputs import LossBatch
-    from llome_jax.loss_registry import default_params, get_loss, loss_spec
-    from llome_jax.train import TrainBatch, init_train_state, make_train_step
-    from llome_jax.train_optimizer import make_optimizer, paper_optimizer
+    from llome_jax.training.loss_inputs import LossBatch
+    from llome_jax.training.loss_registry import default_params, get_loss, loss_spec
+    from llome_jax.training.optimizer import make_optimizer, paper_optimizer
+    from llome_jax.training.step import TrainBatch, init_train_state, make_train_step
     from llome_jax.types import SeqLogProbs
 
     triples = loss_spec(loss).data == "triples"

@@ -5,7 +5,7 @@ Three measurements on the *same* random weights (ours are exported to torch with
 
 1. forward: logits for a batch of 8 x 128 tokens (tokens/s);
 2. one training step: SFT loss on the target half of each sequence, AdamW, gradient clipping
-   (ours: ``llome_jax.train.make_train_step`` with ``LOSSES["sft"]``; torch: forward, token-mean
+   (ours: ``llome_jax.training.step.make_train_step`` with ``LOSSES["sft"]``; torch: forward, token-mean
    cross-entropy, backward, ``clip_grad_norm_``, ``AdamW.step``). Ours applies the output head
    to the batch's target window only (``TrainBatch.target_window``, here 64 of 127 positions);
    the same step with the head on every position (``target_window=None``) runs interleaved;
@@ -103,7 +103,7 @@ def bf16_drift(model, prompts, mask, new_tokens: int, sample_keys: int = 4) -> d
     import numpy as np
 
     from llome_jax.lm.sample import SampleConfig, generate
-    from llome_jax.train import position_ids_from_mask
+    from llome_jax.training.step import position_ids_from_mask
 
     def run(dtype, key, temperature):
         cfg = SampleConfig(max_new_tokens=new_tokens, top_k=None, compute_dtype=dtype)
@@ -330,9 +330,9 @@ def main() -> None:
     from llome_jax.lm import convert
     from llome_jax.lm.pythia import Pythia, PythiaConfig, num_parameters
     from llome_jax.lm.sample import SampleConfig, generate
-    from llome_jax.loss_registry import LOSSES, default_params
-    from llome_jax.train import TrainBatch, init_train_state, make_train_step
-    from llome_jax.train_optimizer import OptimizerConfig, make_optimizer
+    from llome_jax.training.loss_registry import LOSSES, default_params
+    from llome_jax.training.optimizer import OptimizerConfig, make_optimizer
+    from llome_jax.training.step import TrainBatch, init_train_state, make_train_step
 
     torch.set_num_threads(os.cpu_count() or 1)
     config = PythiaConfig.preset(args.preset)

@@ -86,8 +86,8 @@ def build_model(size: str, model_kind: str):
 def make_batch(loss: str, batch_size: int, vocab: int, seed: int = 0):
     import numpy as np
 
-    from llome_jax.loss_inputs import LossBatch
-    from llome_jax.train import TrainBatch
+    from llome_jax.training.loss_inputs import LossBatch
+    from llome_jax.training.step import TrainBatch
 
     rng = np.random.default_rng(seed)
     seq_len = PROMPT_LEN + TARGET_LEN
@@ -129,11 +129,11 @@ def measure(
 
     import jax
 
-    from llome_jax import parallel
-    from llome_jax.dataset_logprobs import compute_logprobs
-    from llome_jax.loss_registry import default_params, get_loss
-    from llome_jax.train import init_train_state, make_train_step
-    from llome_jax.train_optimizer import make_optimizer, paper_optimizer
+    from llome_jax.host import parallel
+    from llome_jax.training.dataset_logprobs import compute_logprobs
+    from llome_jax.training.loss_registry import default_params, get_loss
+    from llome_jax.training.optimizer import make_optimizer, paper_optimizer
+    from llome_jax.training.step import init_train_state, make_train_step
 
     model, kind = build_model(size, model_kind)
     vocab = SIZES[size][0]
@@ -179,7 +179,7 @@ def measure(
 
 def sharding_worker(args: argparse.Namespace) -> None:
     """Runs in a subprocess with 8 fake CPU devices: the same step on 1 and on 8 devices."""
-    from llome_jax import parallel
+    from llome_jax.host import parallel
 
     out = []
     for size in args.sizes:

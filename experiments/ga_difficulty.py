@@ -24,7 +24,7 @@ import numpy as np
 
 # the settings and the sweep itself: the paper driver's figure 10 runs them too
 from llome_jax.bench.difficulty import REFERENCE, VARIATIONS, run_setting
-from llome_jax.plotting import draw_regret_curves
+from llome_jax.run.plotting import draw_regret_curves
 
 
 def main() -> None:
@@ -115,7 +115,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from llome_jax.host_memory import reexec_with_huge_pages
+    from llome_jax.host.memory import reexec_with_huge_pages
 
     reexec_with_huge_pages()  # huge pages for malloc: ~1.25x faster steps (see that module)
     main()

@@ -27,7 +27,8 @@ import pathlib
 import jax
 import numpy as np
 
-from llome_jax import ehrlich, ga_loop
+from llome_jax import ehrlich
+from llome_jax.ga import loop as ga_loop
 
 REFERENCE = {
     "f1": {"statistic": "generations_to_optimum", "median": 35.0, "min": 21.0, "max": 56.0},

@@ -16,7 +16,7 @@ import sys
 from llome_jax.bench.cli import main
 
 if __name__ == "__main__":
-    from llome_jax.host_memory import reexec_with_huge_pages
+    from llome_jax.host.memory import reexec_with_huge_pages
 
     reexec_with_huge_pages()  # huge pages for malloc: ~1.25x faster steps (see that module)
     sys.exit(main())

@@ -33,8 +33,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from llome_jax import ga, ga_loop
+from llome_jax import ga
 from llome_jax.bench.verdicts import rules
+from llome_jax.ga import loop as ga_loop
 from llome_jax.objective import rmf_objective
 
 CLAIM = "the GA easily optimises Rough Mt. Fuji (RMF(256), holo seed 0)"
@@ -103,7 +104,7 @@ def main() -> None:
             for g in range(stop):
                 writer.writerow([seed, g + 1, int(labels[s, g]), repr(float(regret[s, g]))])
 
-    from llome_jax.plotting import plot_regret_curves
+    from llome_jax.run.plotting import plot_regret_curves
 
     plot_regret_curves(
         {"GA (1000 particles)": [(labels[s], regret[s]) for s in range(args.seeds)]},

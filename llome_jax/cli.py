@@ -10,7 +10,7 @@ the commands check their input before they write anything. A resume that has not
 (``rundir.NothingToDoError``) says so on stdout and exits 0. Ctrl-C (exit 130) and SIGTERM
 (exit 143) end a run with one line, no traceback: what the run directory kept (the rounds up to
 its last checkpoint) and the ``--resume`` command that continues it. During the rounds the first
-signal finishes the current round and a second abandons it (``llome_jax.runner.run``).
+signal finishes the current round and a second abandons it (``llome_jax.run.runner.run``).
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a subcommand. Called without ``argv`` (the ``llome-jax`` executable), the process first
-    re-executes itself with huge pages for ``malloc`` (:mod:`llome_jax.host_memory`)."""
+    re-executes itself with huge pages for ``malloc`` (:mod:`llome_jax.host.memory`)."""
     if argv is None:
-        from llome_jax.host_memory import reexec_with_huge_pages
+        from llome_jax.host.memory import reexec_with_huge_pages
 
         reexec_with_huge_pages()
     parser = build_parser()
@@ -69,9 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return 0
-    from llome_jax.run_lock import RunDirectoryInUseError
-    from llome_jax.rundir import NothingToDoError
-    from llome_jax.runner import Terminated
+    from llome_jax.run.lock import RunDirectoryInUseError
+    from llome_jax.run.rundir import NothingToDoError
+    from llome_jax.run.runner import Terminated
 
     previous = signal.signal(signal.SIGTERM, _terminated) if _main_thread() else None
     try:
@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _terminated(signum: int, frame: object) -> None:
-    from llome_jax.runner import Terminated
+    from llome_jax.run.runner import Terminated
 
     raise Terminated
 
@@ -110,13 +110,13 @@ def _interrupted(args: argparse.Namespace, stop: BaseException) -> str:
     is lost)."""
     import pathlib
 
-    from llome_jax.runner import Terminated
+    from llome_jax.run.runner import Terminated
 
     what = "interrupted (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
     out = getattr(args, "out", None)
     if out is None or not (pathlib.Path(out) / "config.json").is_file():
         return f"{what}; nothing to resume."
-    from llome_jax.run_integrity import checkpoint_steps
+    from llome_jax.run.integrity import checkpoint_steps
 
     steps = checkpoint_steps(pathlib.Path(out))
     if not steps:

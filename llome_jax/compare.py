@@ -1,6 +1,6 @@
 """Compare finished or running optimizer runs at equal label budgets.
 
-Every optimizer (GA, LLOME, LaMBO-2) writes the same run directory (:mod:`llome_jax.rundir`), so
+Every optimizer (GA, LLOME, LaMBO-2) writes the same run directory (:mod:`llome_jax.run.rundir`), so
 runs compare file for file: this module reads several of them, groups them by method (one group
 per label, one run per seed), and summarises each group by the paper's measure, the minimum simple
 regret after a number of oracle labels (paper, Section 5: "minimum regret ... as a function of the
@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from llome_jax.run.labels import method_label, problem_text
 from llome_jax.stats import bootstrap_interval
 
 __all__ = [
@@ -67,9 +68,6 @@ __all__ = [
 METRICS = ("min_regret", "best_value", "cumulative_regret")
 #: the budget's axis: labels paid, or wall-clock seconds (``rounds.jsonl``'s ``seconds``)
 AXES = ("labels", "wall_clock")
-
-_OPTIMIZER_LABELS = {"ga": "GA", "lambo2": "LaMBO-2"}
-_LOSS_LABELS = {"sft": "SFT", "marge": "MargE", "dpo": "DPO", "reinforce": "REINFORCE"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,38 +128,6 @@ class SummaryRow:
     axis: str = "labels"
 
 
-def method_label(config: dict[str, Any]) -> str:
-    """A run's method name from its ``config.json``: the ``method`` it was given, else
-    ``GA``, ``LaMBO-2`` or ``LLOME-<losses>`` from the LLOME schedule (``sft:1,marge:9`` ->
-    ``LLOME-SFT1-MargE9``; one loss after a single SFT round -> ``LLOME-MargE``)."""
-    if config.get("method"):
-        return str(config["method"])
-    optimizer = config.get("optimizer")
-    if optimizer in _OPTIMIZER_LABELS:
-        return _OPTIMIZER_LABELS[optimizer]
-    if optimizer != "llome":
-        return str(optimizer or "unknown")
-    phases = []
-    for part in str(config.get("schedule", "")).split(","):
-        name, _, count = part.strip().partition(":")
-        if name:
-            phases.append((_LOSS_LABELS.get(name, name), count))
-    if len(phases) == 2 and phases[0] == ("SFT", "1"):
-        return f"LLOME-{phases[1][0]}"  # the format-learning SFT round, then one loss
-    if len(phases) == 1:
-        return f"LLOME-{phases[0][0]}"
-    return "LLOME-" + "-".join(f"{name}{count}" for name, count in phases)
-
-
-def problem_text(config: dict[str, Any]) -> str:
-    """What a run optimised, from its ``config.json``: ``"f2"``, ``"Ehr(8,16)-2-4-4 (instance
-    seed 3)"`` or ``"objective module:attr"``."""
-    if config.get("objective"):
-        return f"objective {config['objective']}"
-    seed = config.get("instance_seed")
-    return str(config.get("function")) + ("" if seed is None else f" (instance seed {seed})")
-
-
 def _expand(arguments: Iterable[str]) -> list[tuple[str | None, pathlib.Path]]:
     """``DIR`` or ``LABEL=DIR`` arguments, each ``DIR`` a directory or a glob pattern."""
     out: list[tuple[str | None, pathlib.Path]] = []
@@ -194,7 +160,7 @@ def load_runs(arguments: Sequence[str], *, allow_mixed: bool = False) -> list[Ru
     Each curve is :meth:`RunDirectory.regret_curve` (``rounds.jsonl``, or ``evaluated.csv``
     where rounds lack the fields).
     """
-    from llome_jax.rundir import RunDirectory
+    from llome_jax.run.rundir import RunDirectory
 
     entries = _expand(arguments)
     if not entries:

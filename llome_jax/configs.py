@@ -408,7 +408,7 @@ def layered(
         wrong type.
 
     Example:
-      >>> from llome_jax.ga_optimizer import GARunConfig
+      >>> from llome_jax.ga.optimizer import GARunConfig
       >>> cfg, _ = layered(GARunConfig(), flags={"rounds": 3}, assignments=["ga.num_particles=64"])
       >>> cfg.rounds, cfg.ga.num_particles
       (3, 64)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from llome_jax.loss_inputs import margin_reward
+from llome_jax.training.loss_inputs import margin_reward
 
 __all__ = [
     "frac_improved",

@@ -1,6 +1,6 @@
 """Small helpers for tests and benchmarks: a tiny causal NNX language model.
 
-``TinyCausalLM`` satisfies the model contract of :mod:`llome_jax.train`
+``TinyCausalLM`` satisfies the model contract of :mod:`llome_jax.training.step`
 (``model(input_ids [B, T], attention_mask=None, position_ids=None) -> logits [B, T, V]``) with a
 plain pre-LayerNorm transformer (learned positions, causal + padding mask, GELU MLP, untied head).
 It is *not* Pythia (:mod:`llome_jax.lm.pythia` is); it exists so that training code can be

@@ -1,7 +1,7 @@
 """Shared type aliases and small pytrees that cross module boundaries.
 
 ``SeqLogProbs`` is produced only by :mod:`llome_jax.lm.logprobs` (the one place that turns logits
-into log-probabilities) and consumed by every loss in :mod:`llome_jax.losses`.
+into log-probabilities) and consumed by every loss in :mod:`llome_jax.training.losses`.
 """
 
 from __future__ import annotations

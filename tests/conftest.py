@@ -45,7 +45,7 @@ FIXTURES = SHARED / "fixtures"
 # so it gains nothing from one. One directory per pytest-xdist worker: JAX writes an entry in
 # place, without a lock unless eviction is on, so workers must not read each other's entries.
 _cache_root = os.environ.get("LLOME_JAX_TEST_CACHE")
-if not _cache_root:  # the commands that turn one on (llome_jax.compile_cache) leave it off too
+if not _cache_root:  # the commands that turn one on (llome_jax.host.compile_cache) leave it off too
     os.environ["LLOME_JAX_COMPILATION_CACHE"] = "off"
 else:
     _cache_dir = pathlib.Path(_cache_root) / os.environ.get("PYTEST_XDIST_WORKER", "main")
@@ -90,7 +90,7 @@ def _release_compiled_programs() -> Iterator[None]:
     programs (LaMBO-2's model and optimizer files 40-47 s less).
     """
     yield
-    from llome_jax import compile_cache
+    from llome_jax.host import compile_cache
 
     compile_cache.release_if_crowded()
 

@@ -24,7 +24,7 @@ from llome_jax.lm.codec import SequenceCodec
 from llome_jax.lm.pythia import Pythia, PythiaConfig, cast_floats
 from llome_jax.lm.sample import SampleConfig, generate, split_for_generation
 from llome_jax.lm.tokenizer import make_ehrlich_tokenizer
-from llome_jax.train import position_ids_from_mask
+from llome_jax.training.step import position_ids_from_mask
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "pythia_tiny"
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from llome_jax import ga
-from llome_jax.ga_optimizer import GARunConfig
-from llome_jax.ga_optimizer import run as ga_run
+from llome_jax.ga.optimizer import GARunConfig
+from llome_jax.ga.optimizer import run as ga_run
 from llome_jax.lambo2 import optimizer as lambo2
 from llome_jax.llome import loop, presets
 from llome_jax.objective import Objective

@@ -14,9 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from llome_jax import parallel
-from llome_jax.checkpoint import CheckpointError, CheckpointManager, abstract_like
-from llome_jax.train import TrainState, init_train_state, make_train_step
+from llome_jax.host import parallel
+from llome_jax.run.checkpoint import CheckpointError, CheckpointManager, abstract_like
+from llome_jax.training.step import TrainState, init_train_state, make_train_step
 from tests import workers
 from tests.conftest import subprocess_cache_env
 

@@ -13,7 +13,8 @@ import sys
 import numpy as np
 import pytest
 
-from llome_jax import cli, plotting, rundir
+from llome_jax import cli
+from llome_jax.run import plotting, rundir
 
 #: a tiny GA in round mode
 GA = ["ga", "--particles", "16", "--survival-quantile", "0.25", "--initial-generations", "1"]

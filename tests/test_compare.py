@@ -340,7 +340,7 @@ def test_the_median_curve_starts_once_every_run_has_its_round_0() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from llome_jax.plotting import draw_regret_curves
+    from llome_jax.run.plotting import draw_regret_curves
 
     runs = [([2, 10], [0.25, 0.25]), ([4, 10], [0.5, 0.5]), ([6, 10], [0.5, 0.25])]
     figure, axis = plt.subplots()

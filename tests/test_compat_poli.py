@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from llome_jax import Objective, cli, ehrlich, ga, ga_loop, ga_optimizer, rundir
+from llome_jax import Objective, cli, ehrlich, ga
 from llome_jax.compat.poli import (
     AMINO_ACIDS,
     BudgetExhaustedException,
@@ -21,6 +21,9 @@ from llome_jax.compat.poli import (
     encode,
     objective_from_black_box,
 )
+from llome_jax.ga import loop as ga_loop
+from llome_jax.ga import optimizer as ga_optimizer
+from llome_jax.run import rundir
 
 SPEC, SEED = "Ehr(4,8)-1-2-2", 0
 LETTERS = "ARND"  # states 0..3 (the first four of poli's amino acids)

@@ -1,4 +1,4 @@
-"""``llome_jax.compile_cache.enable``: on by default, off by the environment, and never over a
+"""``llome_jax.host.compile_cache.enable``: on by default, off by the environment, and never over a
 cache directory the caller configured."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from llome_jax import compile_cache
+from llome_jax.host import compile_cache
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from llome_jax import cli, configs
 from llome_jax.ga import GAConfig
-from llome_jax.ga_optimizer import GARunConfig
+from llome_jax.ga.optimizer import GARunConfig
 from llome_jax.lambo2 import optimizer as lambo2
 from llome_jax.llome.config import FLAT_KEYS, LoopConfig
 from llome_jax.llome.filter import FilterConfig
@@ -227,7 +227,7 @@ def test_layered_applies_saved_file_flags_and_assignments_in_that_order(tmp_path
     # the library's layering (the CLI's apply_settings calls it): each later layer wins the
     # settings it names, the others come from the earlier ones
     from llome_jax.configs import layered
-    from llome_jax.ga_optimizer import GARunConfig
+    from llome_jax.ga.optimizer import GARunConfig
 
     saved = {"optimizer": "ga", "rounds": 2, "seed": 5, "ga": {"num_particles": 40}, "loss": "x"}
     file = tmp_path / "settings.yaml"

@@ -72,7 +72,7 @@ def _shown(value: Any) -> str:
 
 def _configurations() -> dict[str, dict[str, Any]]:
     """Section heading prefix -> preset column -> configuration."""
-    from llome_jax.ga_optimizer import GARunConfig
+    from llome_jax.ga.optimizer import GARunConfig
     from llome_jax.lambo2.optimizer import preset as lambo2_preset
     from llome_jax.llome.presets import preset as llome_preset
     from llome_jax.llome.pretrain_config import preset as pretrain_preset

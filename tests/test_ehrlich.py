@@ -256,8 +256,8 @@ def test_large_host_batches_split_over_cores_with_identical_results(monkeypatch)
     feasibility equal the unsplit kernel's bit for bit."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from llome_jax import host_threads
     from llome_jax.ehrlich import dispatch, kernel
+    from llome_jax.host import threads as host_threads
 
     assert dispatch.host_parts(40_960, 32, cores=4) == 4
     assert dispatch.host_parts(40_960, 32, cores=1) == 1

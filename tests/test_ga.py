@@ -14,8 +14,10 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import llome_jax.ehrlich as eh
-from llome_jax import ga, ga_loop
+from llome_jax import ga
 from llome_jax.cli import main as cli_main
+from llome_jax.ga import loop as ga_loop
+from llome_jax.ga import operators
 
 SMALL_FN = eh.make(
     jax.random.key(7), eh.EhrlichConfig(num_states=8, dim=16, num_motifs=2, motif_length=4)
@@ -70,7 +72,7 @@ def test_survival_keeps_exactly_the_top_quantile(key):
     survivors = np.asarray(ga.survival_mask(values, 0.1))
     assert survivors.sum() == 100
     assert set(np.argsort(np.asarray(values))[-100:]) == set(np.nonzero(survivors)[0])
-    threshold = float(ga.survival_threshold(values, 0.1))
+    threshold = float(operators.survival_threshold(values, 0.1))
     assert threshold == pytest.approx(float(np.quantile(np.asarray(values), 0.9)), rel=1e-6)
 
 

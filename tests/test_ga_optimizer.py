@@ -1,4 +1,4 @@
-"""The GA under the round driver (``llome_jax.ga_optimizer``): its rounds are one uninterrupted GA
+"""The GA under the round driver (``llome_jax.ga.optimizer``): its rounds are one uninterrupted GA
 run, its round 0 is LLOME's seed data, each sequence is paid once (``pay_once``) or every
 evaluation is (the paper's accounting), and a resumed run equals an uninterrupted one."""
 
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import llome_jax
-from llome_jax import ehrlich, ga, ga_loop
-from llome_jax.ga_optimizer import GARunConfig, run
+from llome_jax import ehrlich, ga
+from llome_jax.ga import loop as ga_loop
+from llome_jax.ga.optimizer import GARunConfig, run
 from llome_jax.llome.runtime import named_key
 
 CFG = GARunConfig(
@@ -166,7 +167,7 @@ def test_cli_round_mode(tmp_path: pathlib.Path, capsys) -> None:
 def test_many_seeds_run_writes_each_seeds_own_ga_run_through_the_run_directory(tmp_path):
     # the library function behind `llome-jax ga` without --rounds: seed s of the vmapped,
     # segmented run is ga_loop.run(key(s)) on its own, generation by generation
-    from llome_jax.ga_optimizer import TRACE_HEADER, GASeedsConfig, run_seeds
+    from llome_jax.ga.optimizer import TRACE_HEADER, GASeedsConfig, run_seeds
 
     config = ga.GAConfig(num_particles=32, mutation_prob=0.05)
     cfg = GASeedsConfig(

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from llome_jax.host_memory import OPT_OUT, TUNABLE, huge_pages_environment
+from llome_jax.host.memory import OPT_OUT, TUNABLE, huge_pages_environment
 
 LINUX = {"system": "Linux", "glibc": (2, 36), "thp_mode": "madvise"}
 

@@ -111,7 +111,7 @@ class _SignalAt:
 
 def _ga_run(out: pathlib.Path, rounds: int, **options):
     from llome_jax import ga
-    from llome_jax.ga_optimizer import GARunConfig, run
+    from llome_jax.ga.optimizer import GARunConfig, run
 
     cfg = GARunConfig(
         function="f2",
@@ -131,8 +131,8 @@ def _ga_run(out: pathlib.Path, rounds: int, **options):
 def test_a_signal_stops_at_the_round_boundary_and_a_second_abandons_the_round(
     count: int, kept: int, tmp_path: pathlib.Path
 ) -> None:
-    from llome_jax.run_integrity import checkpoint_steps
-    from llome_jax.runner import Terminated
+    from llome_jax.run.integrity import checkpoint_steps
+    from llome_jax.run.runner import Terminated
 
     previous = signal.getsignal(signal.SIGTERM)
     out = tmp_path / "run"

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from llome_jax import ga
-from llome_jax.ga_optimizer import GARunConfig
-from llome_jax.ga_optimizer import run as ga_run
+from llome_jax.ga.optimizer import GARunConfig
+from llome_jax.ga.optimizer import run as ga_run
 from llome_jax.objective import Objective
 from llome_jax.oracle import LabelAboveOptimumError, Oracle
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from llome_jax import parallel
+from llome_jax.host import parallel
 from llome_jax.lambo2 import data as lambo_data
 from llome_jax.lambo2 import design as D  # noqa: N812
 from llome_jax.lambo2 import kl_term, optimizer

@@ -24,12 +24,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from llome_jax import configs, rundir
+from llome_jax import configs
 from llome_jax.lambo2 import data as lambo_data
 from llome_jax.lambo2 import losses as lambo_losses
 from llome_jax.lambo2 import model as M  # noqa: N812
 from llome_jax.lambo2 import optimizer
 from llome_jax.lambo2 import train as T  # noqa: N812
+from llome_jax.run import rundir
 
 TINY = M.ModelConfig.preset("tiny", 4, 8)
 K = 2 * TINY.ensemble_size + 1

@@ -8,10 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from llome_jax import ehrlich, rundir
+from llome_jax import ehrlich
 from llome_jax.commands import lambo2 as command
 from llome_jax.lambo2 import optimizer
 from llome_jax.lambo2 import seeds as lambo_seeds
+from llome_jax.run import rundir
 
 
 def _smoke(**overrides):

@@ -46,12 +46,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from llome_jax import ehrlich, rundir
+from llome_jax import ehrlich
 from llome_jax.lambo2 import model as lambo_model
 from llome_jax.lambo2 import optimizer
 from llome_jax.lambo2 import seeds as lambo_seeds
 from llome_jax.lambo2 import train as lambo_train
 from llome_jax.lambo2.data import StepBatch
+from llome_jax.run import rundir
 
 #: The reductions, as ``preset`` overrides (dotted keys), with the paper's value beside each.
 REDUCED = {

@@ -20,7 +20,7 @@ from llome_jax.llome import (
     propen_pairs,
     train_val_split,
 )
-from llome_jax.loss_inputs import margin_reward
+from llome_jax.training.loss_inputs import margin_reward
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ import numpy as np
 import optax
 import pytest
 
-from llome_jax import cli, dataset_logprobs, ehrlich, ga, ga_loop, train_optimizer
-from llome_jax.checkpoint import CheckpointManager
+from llome_jax import cli, ehrlich, ga
+from llome_jax.ga import loop as ga_loop
 from llome_jax.llome import finetune, loop
 from llome_jax.llome import round as llome_round_module
 from llome_jax.llome import state as llome_state
@@ -28,6 +28,9 @@ from llome_jax.llome.round import llome_round
 from llome_jax.llome.runtime import Runtime, initial_params, named_key
 from llome_jax.llome.state import STOP_REASONS, abstract_state, init_state, restore_checkpoint
 from llome_jax.llome.temperature import temperature_offset
+from llome_jax.run.checkpoint import CheckpointManager
+from llome_jax.training import dataset_logprobs
+from llome_jax.training import optimizer as train_optimizer
 
 #: one runtime per configuration for the whole module (what the driver builds once per run)
 _runtime = functools.cache(Runtime.build)
@@ -343,7 +346,7 @@ def test_a_run_that_cannot_train_records_why_in_its_directory(tmp_path: pathlib.
     ``rounds.jsonl`` has round 0 only, and ``stopped.json`` says why the run ended; a resume asks
     again and ends the same way."""
     from llome_jax.objective import Objective
-    from llome_jax.rundir import RunDirectory
+    from llome_jax.run.rundir import RunDirectory
 
     x0 = np.zeros(8, np.int32)
     constant = Objective(

@@ -198,7 +198,7 @@ def _recording_gate(seen: Seen, verdicts: list[GateResult] | None = None) -> Any
     real = selection.greedy_gate
 
     def gate(model: Any, *args: Any, **kwargs: Any) -> GateResult:
-        from llome_jax.train import split_params
+        from llome_jax.training.step import split_params
 
         _, params, _ = split_params(model)
         seen.params.append(jax.tree.map(lambda a: np.array(a, copy=True), params))

@@ -51,7 +51,7 @@ def test_proposals_are_new_single_substitutions_of_the_best():
 
 def test_a_run_labels_new_single_mutants_and_logs_them_like_an_optimizer(tmp_path):
     from llome_jax import ehrlich
-    from llome_jax.rundir import RunDirectory
+    from llome_jax.run.rundir import RunDirectory
 
     directory = script.run_directory(tmp_path, "Ehr(8,8)-2-2-2", 1, 0)
     assert directory == tmp_path / "Ehr_8_8_-2-2-2_1_seed0"

@@ -6,7 +6,6 @@ import jax
 import numpy as np
 from flax import nnx
 
-from llome_jax.dataset_logprobs import compute_logprobs
 from llome_jax.lm.logprobs import (
     sequence_logprobs,
     target_positions,
@@ -16,7 +15,8 @@ from llome_jax.lm.logprobs import (
 )
 from llome_jax.lm.pythia import Pythia, PythiaConfig
 from llome_jax.testing import toy_token_batch
-from llome_jax.train import position_ids_from_mask
+from llome_jax.training.dataset_logprobs import compute_logprobs
+from llome_jax.training.step import position_ids_from_mask
 
 
 def test_sequence_logprobs_matches_numpy(key):

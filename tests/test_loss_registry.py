@@ -9,10 +9,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from llome_jax import loss_inputs, loss_registry, losses, train_optimizer
 from llome_jax.llome import loop
 from llome_jax.llome.config import parse_schedule
 from llome_jax.llome.presets import preset
+from llome_jax.training import loss_inputs, loss_registry, losses
+from llome_jax.training import optimizer as train_optimizer
 
 CALLS: list[str] = []
 

@@ -13,12 +13,12 @@ import pytest
 from flax import nnx
 from jax.test_util import check_grads
 
-from llome_jax import loss_inputs, loss_registry, losses
 from llome_jax.lm.logprobs import sequence_logprobs
-from llome_jax.loss_inputs import LossBatch, LossParams, margin_reward
-from llome_jax.loss_registry import LOSSES, default_params
-from llome_jax.losses import dpo_loss, marge_loss, reinforce_loss, sft_loss, weighted_mean
 from llome_jax.testing import TinyCausalLM, TinyLMConfig
+from llome_jax.training import loss_inputs, loss_registry, losses
+from llome_jax.training.loss_inputs import LossBatch, LossParams, margin_reward
+from llome_jax.training.loss_registry import LOSSES, default_params
+from llome_jax.training.losses import dpo_loss, marge_loss, reinforce_loss, sft_loss, weighted_mean
 from llome_jax.types import SeqLogProbs
 
 # A small batch: 4 sequences with different lengths, one padding row (weight 0).

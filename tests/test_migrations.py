@@ -1,4 +1,4 @@
-"""The versioned migrations of saved configurations (``llome_jax.migrations``): each step by
+"""The versioned migrations of saved configurations (``llome_jax.run.migrations``): each step by
 hand (an input and the hand-written output), the version bookkeeping, and the plug-ins' use."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pathlib
 
 import pytest
 
-from llome_jax.migrations import (
+from llome_jax.run.migrations import (
     CONFIG_VERSION,
     GA_MIGRATIONS,
     LAMBO2_MIGRATIONS,
@@ -265,8 +265,8 @@ def test_a_newer_or_malformed_version_is_refused(version) -> None:
 
 def test_the_plugins_record_their_version_and_read_their_own_config_unchanged() -> None:
     """A new run's ``config.json`` records the latest version, and migrating it changes
-    nothing; the plug-ins' migrations are the lists of ``llome_jax.migrations``."""
-    from llome_jax.ga_optimizer import GARunConfig, GeneticAlgorithm
+    nothing; the plug-ins' migrations are the lists of ``llome_jax.run.migrations``."""
+    from llome_jax.ga.optimizer import GARunConfig, GeneticAlgorithm
     from llome_jax.lambo2 import optimizer as lambo2
     from llome_jax.llome.loop import Llome
     from llome_jax.llome.presets import preset

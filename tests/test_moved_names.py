@@ -16,8 +16,8 @@ from llome_jax.moved import moved_names
 @pytest.mark.parametrize(
     "old, name, new",
     [
-        ("llome_jax.ga", "run", "llome_jax.ga_loop"),
-        ("llome_jax.ga", "run_archive", "llome_jax.ga_loop"),
+        ("llome_jax.ga", "run", "llome_jax.ga.loop"),
+        ("llome_jax.ga", "run_archive", "llome_jax.ga.loop"),
         ("llome_jax.lm", "from_pretrained", "llome_jax.lm.convert"),
         ("llome_jax.lm.pythia", "from_pretrained", "llome_jax.lm.convert"),
     ],
@@ -30,13 +30,13 @@ def test_an_old_name_is_the_new_one(old, name, new) -> None:
 
 
 def test_the_alias_warns_once_and_unknown_names_still_fail() -> None:
-    getattr_ = moved_names("pkg.old", {"advance": "llome_jax.ga_loop"})
+    getattr_ = moved_names("pkg.old", {"advance": "llome_jax.ga.loop"})
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         getattr_("advance")
         getattr_("advance")
     assert [str(w.message) for w in seen] == [
-        "pkg.old.advance moved to llome_jax.ga_loop.advance; import it from there"
+        "pkg.old.advance moved to llome_jax.ga.loop.advance; import it from there"
     ]
     with pytest.raises(AttributeError, match=re.escape("module 'pkg.old' has no attribute 'g'")):
         getattr_("g")

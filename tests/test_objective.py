@@ -16,10 +16,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from llome_jax import Objective, cli, ehrlich, ga, ga_loop, ga_optimizer, optimizers, rundir
+from llome_jax import Objective, cli, ehrlich, ga, optimizers
+from llome_jax.ga import loop as ga_loop
+from llome_jax.ga import optimizer as ga_optimizer
 from llome_jax.lambo2 import optimizer as lambo2
 from llome_jax.llome import loop, presets
 from llome_jax.objective import load_objective
+from llome_jax.run import rundir
 
 
 # ---------------------------------------------------------------------------------------------

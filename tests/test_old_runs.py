@@ -22,7 +22,12 @@ import shutil
 import pytest
 
 from llome_jax import cli
-from llome_jax.migrations import CONFIG_VERSION, GA_MIGRATIONS, LAMBO2_MIGRATIONS, LLOME_MIGRATIONS
+from llome_jax.run.migrations import (
+    CONFIG_VERSION,
+    GA_MIGRATIONS,
+    LAMBO2_MIGRATIONS,
+    LLOME_MIGRATIONS,
+)
 
 OLD_RUNS = pathlib.Path(__file__).parent / "fixtures" / "old_runs"
 

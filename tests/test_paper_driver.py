@@ -104,7 +104,7 @@ def test_an_interrupted_plan_says_how_to_resume(
 ) -> None:
     """Ctrl-C or SIGTERM during the runs: one line saying that the same command resumes them
     (the round driver stopped at a checkpoint), exit 130 / 143, no report written."""
-    from llome_jax.runner import Terminated
+    from llome_jax.run.runner import Terminated
 
     _tiny(monkeypatch)
     argv = ["--scale", "smoke", "--only", "1", "--methods", "GA", "--out", str(tmp_path / "out")]
@@ -236,7 +236,7 @@ def test_workers_start_pinned_helpers_and_report_after_them(
 def test_tiny_plan_runs_resumes_skips_and_redraws(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    from llome_jax import ga_optimizer
+    from llome_jax.ga import optimizer as ga_optimizer
 
     _tiny(monkeypatch)
     out = tmp_path / "paper"
@@ -326,7 +326,7 @@ def test_a_partial_run_is_listed_but_never_counted(
 ) -> None:
     """An interrupted run (round 0 only, no ``done.json``) appears in the report's status table as
     partial; the figures count finished runs only, so solver.csv has no row for it."""
-    from llome_jax import ga_optimizer
+    from llome_jax.ga import optimizer as ga_optimizer
 
     _tiny(monkeypatch)
     out = tmp_path / "paper"
@@ -735,7 +735,7 @@ def test_a_run_stopped_after_round_0_is_final(
     calls: list[int] = []
 
     def fake_run(spec, scale, llome_cfg, path, options):
-        from llome_jax.rundir import RunDirectory
+        from llome_jax.run.rundir import RunDirectory
 
         path.mkdir(parents=True, exist_ok=True)
         (path / "config.json").write_text("{}")

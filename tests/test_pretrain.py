@@ -15,7 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from llome_jax import cli, ehrlich, ga_loop
+from llome_jax import cli, ehrlich
+from llome_jax.ga import loop as ga_loop
 from llome_jax.llome import pretrain, pretrain_config, pretrain_data
 from llome_jax.llome.pretrain_config import MIN_INSTANCE_SEED, PretrainConfig
 from llome_jax.llome.runtime import named_key
@@ -223,7 +224,7 @@ def test_interrupted_run_resumes_to_the_same_weights(
     with pytest.raises(CrashError):
         pretrain.run(smoke, out, progress=False, on_step=crash_at_7, log=lambda _: None)
     assert not (out / "weights").exists()
-    from llome_jax.checkpoint import CheckpointManager
+    from llome_jax.run.checkpoint import CheckpointManager
 
     with CheckpointManager(out / "checkpoints") as ckpt:
         assert ckpt.latest_step() == 5  # checkpoint_every 5
@@ -289,8 +290,8 @@ def test_marge_pretraining_scores_the_initial_model_as_reference(
 ) -> None:
     """MargE (a loss with a reference): two steps run, and the batch's reference log-probs are
     the initial model's on exactly those rows."""
-    from llome_jax.dataset_logprobs import compute_logprobs
     from llome_jax.llome.runtime import Runtime, initial_params
+    from llome_jax.training.dataset_logprobs import compute_logprobs
 
     cfg = smoke.replace(loss="marge", max_steps=2, checkpoint_every=1)
     result = pretrain.run(cfg, tmp_path / "marge", progress=False, log=lambda _: None)

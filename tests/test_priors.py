@@ -56,11 +56,12 @@ def test_the_prior_predicts_improving_edits_on_an_unseen_instance(function, prio
     (never pretrained on) of the prior's configuration: the prior vs the ``cpu`` preset's
     untrained model. Copying the input alone is worth about ``log(1/32)`` per changed state;
     a random model is near ``log(1/vocab)`` on every token."""
-    from llome_jax import ehrlich, ga, ga_loop
-    from llome_jax.dataset_logprobs import compute_logprobs
+    from llome_jax import ehrlich, ga
+    from llome_jax.ga import loop as ga_loop
     from llome_jax.llome.data import propen_pairs
     from llome_jax.llome.presets import preset
     from llome_jax.llome.runtime import Runtime
+    from llome_jax.training.dataset_logprobs import compute_logprobs
 
     fn = ehrlich.resolve_function(function, 5)
     x0 = ehrlich.resolve_initial_solution(function, 5)

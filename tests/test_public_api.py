@@ -42,7 +42,7 @@ def test_every_name_earlier_releases_showed_still_imports() -> None:
 
 
 def test_a_name_that_disappears_is_caught() -> None:
-    assert not _resolves("llome_jax.ga_loop.run_everything")
+    assert not _resolves("llome_jax.ga.loop.run_everything")
     assert not _resolves("llome_jax.no_such_module.run")
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from llome_jax import parallel
+from llome_jax.host import parallel
 from llome_jax.lm import convert, pythia
 from llome_jax.lm.pythia import Pythia, PythiaConfig
 
@@ -88,7 +88,7 @@ def test_golden_fixture_logits_match_transformers():
 
 def test_golden_fixture_greedy_generation():
     from llome_jax.lm.sample import SampleConfig, generate
-    from llome_jax.train import position_ids_from_mask
+    from llome_jax.training.step import position_ids_from_mask
 
     model = convert.from_pretrained(FIXTURE)
     ids = np.load(FIXTURE / "input_ids.npy")
@@ -247,7 +247,7 @@ def test_left_padding_with_positions_equals_unpadded():
     ids = np.random.default_rng(1).integers(1, 61, (1, 7))
     padded = np.concatenate([np.full((1, 3), 5), ids], axis=1)
     mask = np.concatenate([np.zeros((1, 3), int), np.ones((1, 7), int)], axis=1)
-    from llome_jax.train import position_ids_from_mask
+    from llome_jax.training.step import position_ids_from_mask
 
     pos = position_ids_from_mask(jnp.asarray(mask))
     ref = np.asarray(_forward(model, jnp.asarray(ids)))
@@ -295,12 +295,12 @@ def test_sharded_forward_equals_single_device():
 
 
 def test_train_step_contract_sft():
-    """``llome_jax.train.make_train_step`` works with Pythia unchanged and lowers the SFT loss."""
-    from llome_jax.loss_inputs import LossParams
-    from llome_jax.loss_registry import LOSSES
+    """``llome_jax.training.step.make_train_step`` works with Pythia unchanged and lowers the SFT loss."""
     from llome_jax.testing import toy_token_batch
-    from llome_jax.train import TrainBatch, init_train_state, make_train_step
-    from llome_jax.train_optimizer import OptimizerConfig, make_optimizer
+    from llome_jax.training.loss_inputs import LossParams
+    from llome_jax.training.loss_registry import LOSSES
+    from llome_jax.training.optimizer import OptimizerConfig, make_optimizer
+    from llome_jax.training.step import TrainBatch, init_train_state, make_train_step
 
     model = _perturbed(_tiny(vocab=64))
     opt = make_optimizer(OptimizerConfig(learning_rate=3e-3, total_steps=10, weight_decay=0.0))

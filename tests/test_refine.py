@@ -14,8 +14,10 @@ import optax
 import pytest
 from flax import nnx
 
-from llome_jax import ehrlich, host_threads, parallel
+from llome_jax import ehrlich
 from llome_jax.ehrlich import EhrlichConfig
+from llome_jax.host import parallel
+from llome_jax.host import threads as host_threads
 from llome_jax.llome.refine import RefineConfig, Refinement, _chunking, iterative_refinement
 from llome_jax.lm import sample
 from llome_jax.lm.codec import SequenceCodec

@@ -10,8 +10,9 @@ import pathlib
 
 import pytest
 
-from llome_jax import cli, files, rundir
+from llome_jax import cli
 from llome_jax.objective import Objective, objective_config
+from llome_jax.run import files, rundir
 
 #: a tiny GA in round mode: 16 particles, 1 generation per round
 GA = [

@@ -199,7 +199,7 @@ def test_llome_and_lambo2_smoke_runs(command, tmp_path):
     assert [r["round"] for r in records] == [0, 1]
     assert json.loads((out / "config.json").read_text())["function"] == "RMF(12)"
     # every label is RMF(12)'s own value of its sequence, and the records' regret is f* - f
-    from llome_jax.rundir import RunDirectory
+    from llome_jax.run.rundir import RunDirectory
 
     rounds, x, y = RunDirectory(out).evaluated()
     fn = rmf.resolve_function("RMF(12)", 1)

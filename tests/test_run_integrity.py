@@ -16,7 +16,7 @@ import shutil
 import pytest
 
 from llome_jax.cli import main
-from llome_jax.run_integrity import DamagedRunError, check_run_directory
+from llome_jax.run.integrity import DamagedRunError, check_run_directory
 
 GA = [
     "ga",

@@ -9,8 +9,9 @@ import pathlib
 import numpy as np
 import pytest
 
-from llome_jax import metrics, plotting, rundir
-from llome_jax.label_audit import LabelAudit, label_audit
+from llome_jax import metrics
+from llome_jax.run import plotting, rundir
+from llome_jax.run.label_audit import LabelAudit, label_audit
 
 
 def test_create_resume_and_config_mismatch(tmp_path):
@@ -64,9 +65,9 @@ def test_flat_llome_config_json_reads_as_the_nested_configuration():
     written by ``llome --preset smoke --loss marge --seed 3`` at commit 2604557) upgrades to the
     nested form of the same configuration, so such runs resume; differences survive the upgrade,
     and settings added after a directory was made take the values of the old behaviour (the
-    LLOME migrations, ``llome_jax.migrations``)."""
+    LLOME migrations, ``llome_jax.run.migrations``)."""
     from llome_jax.llome.presets import preset
-    from llome_jax.migrations import LLOME_MIGRATIONS, migrate
+    from llome_jax.run.migrations import LLOME_MIGRATIONS, migrate
 
     def upgrade_saved_config(saved):
         return migrate(saved, LLOME_MIGRATIONS)

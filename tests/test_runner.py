@@ -1,4 +1,4 @@
-"""The shared round driver (``llome_jax.runner``) with a toy plug-in: what it writes, when it
+"""The shared round driver (``llome_jax.run.runner``) with a toy plug-in: what it writes, when it
 stops, and that an interrupted run resumes to the same files."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from llome_jax import runner
 from llome_jax.metrics import round_metrics
-from llome_jax.plotting import plot_run
-from llome_jax.run_lock import RunDirectoryInUseError
+from llome_jax.run import runner
+from llome_jax.run.lock import RunDirectoryInUseError
+from llome_jax.run.plotting import plot_run
 
 
 class Countdown:
@@ -138,7 +138,7 @@ def test_the_driver_frees_compiled_programs_after_a_round_only_near_the_mapping_
     """After every round the driver asks ``compile_cache.release_if_crowded``: with a limit of
     1 mapping every round frees ``_square``'s program (and says so); far below the limit the
     program stays compiled from round to round."""
-    from llome_jax import compile_cache
+    from llome_jax.host import compile_cache
 
     release = compile_cache.release_if_crowded
     monkeypatch.setattr(

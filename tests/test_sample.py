@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from llome_jax import parallel
+from llome_jax.host import parallel
 from llome_jax.lm import convert
 from llome_jax.lm.pythia import Pythia, PythiaConfig
 from llome_jax.lm.sample import _TIE_SLACK, SampleConfig, generate, process_logits
-from llome_jax.train import position_ids_from_mask
+from llome_jax.training.step import position_ids_from_mask
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 VOCAB = 61

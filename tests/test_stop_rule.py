@@ -9,7 +9,7 @@ import pytest
 
 from llome_jax.llome import presets
 from llome_jax.llome.config import PAPER_OUTPUTS_PER_ROUND, LoopConfig
-from llome_jax.migrations import LLOME_MIGRATIONS, migrate
+from llome_jax.run.migrations import LLOME_MIGRATIONS, migrate
 
 
 def test_the_paper_round_is_122000_outputs() -> None:

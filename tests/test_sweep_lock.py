@@ -12,8 +12,9 @@ import pathlib
 
 import pytest
 
-from llome_jax import run_lock, rundir
-from llome_jax.run_lock import RunDirectoryInUseError
+from llome_jax.run import lock as run_lock
+from llome_jax.run import rundir
+from llome_jax.run.lock import RunDirectoryInUseError
 
 
 def _failing_flock(code: int):

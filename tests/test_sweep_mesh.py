@@ -11,7 +11,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import llome_jax.ehrlich as eh
-from llome_jax import parallel
+from llome_jax.host import parallel
 
 
 @pytest.fixture(scope="module")

@@ -179,8 +179,8 @@ def test_each_printed_job_has_its_own_compilation_cache(
 ) -> None:
     """``llome-jax paper --print-jobs`` commands select one run each: each caches under its own
     run's name (they run at the same time in an array), not all under ``w0``."""
-    from llome_jax import compile_cache
     from llome_jax.bench import difficulty
+    from llome_jax.host import compile_cache
 
     monkeypatch.setitem(SCALES, "smoke", dataclasses.replace(SCALES["smoke"], functions=("f2",)))
     caches = []
@@ -201,8 +201,8 @@ def test_each_printed_job_has_its_own_compilation_cache(
 
 def make_ga(spec, scale, llome_cfg):
     """A "new" optimizer for the plan below: the GA's plug-in under another name (any object
-    that implements the round protocol of ``llome_jax.runner`` would do)."""
-    from llome_jax import ga_optimizer
+    that implements the round protocol of ``llome_jax.run.runner`` would do)."""
+    from llome_jax.ga import optimizer as ga_optimizer
 
     return ga_optimizer.GeneticAlgorithm(execution.ga_config(spec, scale, llome_cfg))
 
@@ -297,7 +297,7 @@ def test_the_local_pool_gives_each_run_its_gpus_and_cores(
 def test_each_task_gets_its_own_compilation_cache_or_the_nodes(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from llome_jax import compile_cache
+    from llome_jax.host import compile_cache
     from llome_jax.sweep import tasks
 
     asked = []

@@ -1,4 +1,4 @@
-"""Metrics trackers (``llome_jax.tracking``) under the round driver: what TensorBoard's event files
+"""Metrics trackers (``llome_jax.run.tracking``) under the round driver: what TensorBoard's event files
 and W&B's calls hold equals the ``rounds.jsonl`` the driver wrote, at ``num_evaluations`` steps;
 a resume neither loses nor doubles a point; ``finish`` runs when a round raises; a missing
 package is one clear CLI error."""
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from llome_jax import cli, ga
-from llome_jax.ga_optimizer import GARunConfig, GeneticAlgorithm, run
-from llome_jax.tracking import TensorBoardTracker, _import_tensorboardx
+from llome_jax.ga.optimizer import GARunConfig, GeneticAlgorithm, run
+from llome_jax.run.tracking import TensorBoardTracker, _import_tensorboardx
 
 # the event protos through the tracker's import, so this module does not load torch either
 _event_pb2 = _import_tensorboardx().proto.event_pb2
@@ -110,7 +110,7 @@ def test_tensorboard_tracker_does_not_load_torch(tmp_path: pathlib.Path) -> None
     pytest.importorskip("torch")
     script = (
         "import sys, pathlib\n"
-        "from llome_jax.tracking import TensorBoardTracker\n"
+        "from llome_jax.run.tracking import TensorBoardTracker\n"
         "tracker = TensorBoardTracker()\n"
         f"tracker.start({{'function': 'f1'}}, pathlib.Path({str(tmp_path)!r}))\n"
         "tracker.log_round({'round': 0, 'num_evaluations': 5, 'min_regret': 0.5})\n"

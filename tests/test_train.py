@@ -18,15 +18,17 @@ import optax
 import pytest
 from flax import nnx
 
-from llome_jax import parallel, train, train_optimizer
-from llome_jax.dataset_logprobs import compute_logprobs
+from llome_jax.host import parallel
 from llome_jax.lm.logprobs import sequence_logprobs
-from llome_jax.loss_inputs import LossBatch, LossParams
-from llome_jax.loss_registry import LOSSES, default_params
-from llome_jax.losses import marge_loss
 from llome_jax.testing import TinyCausalLM, TinyLMConfig, toy_token_batch
-from llome_jax.train import TrainBatch, init_train_state, make_train_step
-from llome_jax.train_optimizer import OptimizerConfig, make_optimizer, paper_optimizer
+from llome_jax.training import optimizer as train_optimizer
+from llome_jax.training import step as train
+from llome_jax.training.dataset_logprobs import compute_logprobs
+from llome_jax.training.loss_inputs import LossBatch, LossParams
+from llome_jax.training.loss_registry import LOSSES, default_params
+from llome_jax.training.losses import marge_loss
+from llome_jax.training.optimizer import OptimizerConfig, make_optimizer, paper_optimizer
+from llome_jax.training.step import TrainBatch, init_train_state, make_train_step
 from tests import workers
 from tests.conftest import subprocess_cache_env
 

@@ -28,11 +28,11 @@ def setup():
     import numpy as np
     from flax import nnx
 
-    from llome_jax.loss_inputs import LossBatch, LossParams
-    from llome_jax.losses import marge_loss
     from llome_jax.testing import TinyCausalLM, TinyLMConfig, toy_token_batch
-    from llome_jax.train import TrainBatch
-    from llome_jax.train_optimizer import OptimizerConfig, make_optimizer
+    from llome_jax.training.loss_inputs import LossBatch, LossParams
+    from llome_jax.training.losses import marge_loss
+    from llome_jax.training.optimizer import OptimizerConfig, make_optimizer
+    from llome_jax.training.step import TrainBatch
     from llome_jax.types import SeqLogProbs
 
     config = TinyLMConfig(vocab_size=32, hidden_size=16, num_layers=1, num_heads=2, max_position=16)
@@ -67,7 +67,7 @@ def train_single_device(num_steps: int = 2):
     """Reference for the distributed test: the same training on one device."""
     import jax
 
-    from llome_jax.train import init_train_state, make_train_step
+    from llome_jax.training.step import init_train_state, make_train_step
 
     model, tx, batches, loss_fn, hp = setup()
     step = make_train_step(loss_fn, model, tx)
@@ -78,13 +78,13 @@ def train_single_device(num_steps: int = 2):
 
 
 def distributed(coordinator: str, num_processes: int, process_id: int, out_dir: str) -> None:
-    from llome_jax import parallel
+    from llome_jax.host import parallel
 
     parallel.initialize_distributed(coordinator, num_processes, process_id, cpu_collectives="gloo")
     import jax
     import numpy as np
 
-    from llome_jax.train import init_train_state, make_train_step
+    from llome_jax.training.step import init_train_state, make_train_step
 
     mesh = parallel.make_mesh()
     model, tx, batches, loss_fn, hp = setup()
@@ -108,8 +108,8 @@ def distributed(coordinator: str, num_processes: int, process_id: int, out_dir: 
 def train_then_die(checkpoint_dir: str, num_steps: int) -> None:
     import jax
 
-    from llome_jax.checkpoint import CheckpointManager
-    from llome_jax.train import init_train_state, make_train_step
+    from llome_jax.run.checkpoint import CheckpointManager
+    from llome_jax.training.step import init_train_state, make_train_step
 
     model, tx, batches, loss_fn, hp = setup()
     step = make_train_step(loss_fn, model, tx)

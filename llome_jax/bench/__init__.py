@@ -15,7 +15,7 @@ behind the paper's figures and writes ``OUT/report.md`` with a PNG and a CSV per
 
 Every run (GA, LLOME-SFT/-MargE/-DPO/-REINFORCE, SFT_i-MargE_j pipelines, LaMBO-2, blind local
 search) is a run directory ``OUT/runs/<function>/<method>_seed<k>/`` of the shared round driver
-(:mod:`llome_jax.runner`): a finished run (``done.json``) is skipped, an interrupted one resumes
+(:mod:`llome_jax.run.runner`): a finished run (``done.json``) is skipped, an interrupted one resumes
 from its last checkpoint, and a run that another process holds is left to it ("busy"), so
 several workers (``--runs`` picks each one's share by name) can fill one ``OUT``. The figures
 are then computed from the run directories only, so ``--report-only`` redraws them and a second

@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
-        from llome_jax.runner import Terminated
+        from llome_jax.run.runner import Terminated
 
         try:
             helper = _run_share(args, out, plan, sweep)
@@ -256,8 +256,8 @@ def _run_share(
 ) -> bool:
     """Run (resume, skip) this process's share of the plan, with ``--workers - 1`` helpers,
     and the difficulty sweep; True for a helper process (which writes no report)."""
-    from llome_jax import compile_cache
     from llome_jax.bench import difficulty, execution
+    from llome_jax.host import compile_cache
 
     scale = SCALES[args.scale]
     # one directory per worker process: JAX writes entries in place without a lock, so a
@@ -386,7 +386,7 @@ def start_workers(args: argparse.Namespace, workers: int) -> list[subprocess.Pop
 
 
 def _affinity() -> list[int]:
-    from llome_jax import host_threads
+    from llome_jax.host import threads as host_threads
 
     return host_threads.core_ids()
 

@@ -17,8 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from llome_jax import ehrlich, ga, ga_loop
+from llome_jax import ehrlich, ga
 from llome_jax.bench.plan import Scale
+from llome_jax.ga import loop as ga_loop
 
 __all__ = ["REFERENCE", "VARIATIONS", "run_difficulty", "run_setting", "sweep_settings"]
 

@@ -3,7 +3,7 @@
 :func:`run_one` is all a worker needs for one :class:`~llome_jax.bench.plan.RunSpec`: it starts,
 resumes (from the last checkpoint) or skips (``done.json``) the run directory
 ``OUT/runs/<spec.name>`` with the optimizer of the spec's kind (the shared round driver,
-:mod:`llome_jax.runner`), and reports ``"busy"`` when another process holds it. Every run pays
+:mod:`llome_jax.run.runner`), and reports ``"busy"`` when another process holds it. Every run pays
 exactly :func:`~llome_jax.bench.plan.budget_after_round0` labels after the round 0 every method
 of a seed shares. LLOME runs log their candidates (``candidates/round_NNNN.npz``) for the
 calibration, refinement and selection figures.
@@ -86,7 +86,7 @@ def lambo_config(spec: RunSpec, scale: Scale, llome_cfg: Any):
 def ga_config(spec: RunSpec, scale: Scale, llome_cfg: Any):
     """The GA on LLOME's round 0 (its generations and GA settings) with rounds of about ``j``
     labels: ``round(j / n)`` generations a round, enough rounds for ``rounds x j`` labels."""
-    from llome_jax import ga_optimizer
+    from llome_jax.ga import optimizer as ga_optimizer
 
     n, j = llome_cfg.ga.num_particles, llome_cfg.filter.num_selected
     per_round = max(1, round(j / n))
@@ -115,7 +115,7 @@ def run_one(
     Equal label budgets: every run pays exactly ``rounds x j`` labels after round 0 (the round
     driver's ``budget``; its last round labels only what is left), within at most
     ``MAX_ROUNDS_FACTOR x rounds`` rounds, unless it stops early. ``trackers``: metrics sinks
-    given every round record (:func:`llome_jax.runner.run`; not for the local-search baseline).
+    given every round record (:func:`llome_jax.run.runner.run`; not for the local-search baseline).
     """
     done = path / "done.json"
     if done.exists():
@@ -132,8 +132,8 @@ def run_one(
     if trackers:
         options["trackers"] = tuple(trackers)
     capped = dataclasses.replace(scale, rounds=MAX_ROUNDS_FACTOR * scale.rounds)
-    from llome_jax.run_lock import RunDirectoryInUseError
-    from llome_jax.rundir import RunDirectory
+    from llome_jax.run.lock import RunDirectoryInUseError
+    from llome_jax.run.rundir import RunDirectory
 
     try:
         result = run_kind(spec, capped, llome_config(spec, capped), path, options)
@@ -152,9 +152,10 @@ def run_kind(spec: RunSpec, scale: Scale, llome_cfg: Any, path: pathlib.Path, op
 
     A kind ``MODULE:ATTR`` (a sweep plan's ``optimizers:``, :mod:`llome_jax.sweep.plans`) names
     a factory ``ATTR(spec, scale, llome_cfg) -> RoundOptimizer`` (any optimizer that implements
-    the round protocol of :mod:`llome_jax.runner`), run by the shared round driver."""
+    the round protocol of :mod:`llome_jax.run.runner`), run by the shared round driver."""
     if spec.kind.startswith("registry:"):  # a registered ask/tell optimizer, by name
-        from llome_jax import optimizers, runner
+        from llome_jax import optimizers
+        from llome_jax.run import runner
 
         entry = optimizers.get(spec.kind.removeprefix("registry:"))
         if not issubclass(entry.config_class, optimizers.BenchmarkSettings):
@@ -166,7 +167,7 @@ def run_kind(spec: RunSpec, scale: Scale, llome_cfg: Any, path: pathlib.Path, op
         plugin = entry.make(cfg)
         return runner.run(plugin, path, extra_config={"method": spec.method}, **options)
     if ":" in spec.kind:
-        from llome_jax import runner
+        from llome_jax.run import runner
 
         plugin = load_factory(spec.kind)(spec, scale, llome_cfg)
         return runner.run(plugin, path, **options)
@@ -184,12 +185,12 @@ def run_kind(spec: RunSpec, scale: Scale, llome_cfg: Any, path: pathlib.Path, op
 
         return optimizer.run(lambo_config(spec, scale, llome_cfg), path, **options)
     if spec.kind == "local_search":  # the ask/tell plug-in, on LLOME's round 0 and j
-        from llome_jax import runner
         from llome_jax.optimizers import LocalSearch, LocalSearchConfig
+        from llome_jax.run import runner
 
         cfg = LocalSearchConfig(**benchmark_settings(spec, scale, llome_cfg))
         return runner.run(LocalSearch(cfg), path, extra_config={"method": spec.method}, **options)
-    from llome_jax import ga_optimizer
+    from llome_jax.ga import optimizer as ga_optimizer
 
     return ga_optimizer.run(ga_config(spec, scale, llome_cfg), path, **options)
 

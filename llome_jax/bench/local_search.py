@@ -97,8 +97,8 @@ def run(
     that many labels after round 0 (``rounds`` is then a cap), as the optimizers' ``--budget``."""
     import shutil
 
-    from llome_jax import runner
-    from llome_jax.rundir import RunDirectory
+    from llome_jax.run import runner
+    from llome_jax.run.rundir import RunDirectory
 
     cfg = config(
         function,

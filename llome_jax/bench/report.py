@@ -31,7 +31,7 @@ from llome_jax.bench.results import (
 )
 
 if TYPE_CHECKING:
-    from llome_jax.label_audit import LabelAudit
+    from llome_jax.run.label_audit import LabelAudit
 
 __all__ = ["CLAIMS", "CURVE_COLUMNS", "STEP_COLUMNS", "write_curves", "write_report", "write_steps"]
 
@@ -289,7 +289,7 @@ def write_report(
     Raises:
       ValueError: ``archive`` has no ``curves.csv``.
     """
-    from llome_jax.label_audit import label_audit, label_audit_summary
+    from llome_jax.run.label_audit import label_audit, label_audit_summary
 
     stored: dict[str, ArchivedRun] = {} if archive is None else read_archive(archive)
     runs, stop_reasons, accountings, audits = {}, {}, {}, {}

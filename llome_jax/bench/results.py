@@ -51,7 +51,7 @@ __all__ = [
 
 def read_rounds(path: pathlib.Path) -> list[dict]:
     """A run's ``rounds.jsonl`` records (a damaged line is named: ``RunDirectory.rounds``)."""
-    from llome_jax.rundir import RunDirectory
+    from llome_jax.run.rundir import RunDirectory
 
     return RunDirectory(path).rounds()
 
@@ -194,7 +194,7 @@ def regret_curves(
     :func:`llome_jax.compare.curve_at` reads it at exactly a label count, not at the last round
     before it. An ``archived`` run's curve is its ``steps.csv`` curve where the archive has one,
     else its rounds."""
-    from llome_jax.rundir import RunDirectory
+    from llome_jax.run.rundir import RunDirectory
 
     curves: dict[str, list] = {}
     for spec, records in runs.items():

@@ -182,8 +182,8 @@ def saved_run_config(args: argparse.Namespace, optimizer: str | None = None) -> 
     """
     import pathlib
 
-    from llome_jax.files import read_config
-    from llome_jax.rundir import RunDirectory
+    from llome_jax.run.files import read_config
+    from llome_jax.run.rundir import RunDirectory
 
     if not getattr(args, "resume", False):
         return {}
@@ -289,14 +289,14 @@ def print_config_or_require_out(
     """With ``--print-config``: print what the run's ``config.json`` would record, provenance
     aside (``{"optimizer", **objective_config(config.to_dict(), objective), **extra}``: the
     function's digest, or the objective's name, description and digest; and the configuration's
-    ``config_version``, ``llome_jax.migrations``) and return True (the command exits); otherwise
+    ``config_version``, ``llome_jax.run.migrations``) and return True (the command exits); otherwise
     check ``--out`` (given, not a file) and return False.
 
     Raises:
       ValueError: neither ``--print-config`` nor ``--out``, or ``--out`` names a file.
     """
-    from llome_jax.migrations import CONFIG_VERSION, MIGRATIONS
     from llome_jax.objective import objective_config
+    from llome_jax.run.migrations import CONFIG_VERSION, MIGRATIONS
 
     if args.print_config:
         recorded = objective_config(config.to_dict(), objective)
@@ -318,12 +318,12 @@ def print_config_or_require_out(
 
 
 def make_trackers(args: argparse.Namespace) -> list[Any]:
-    """The ``--tracker`` sinks for the run in ``--out`` (``llome_jax.tracking.make_tracker``).
+    """The ``--tracker`` sinks for the run in ``--out`` (``llome_jax.run.tracking.make_tracker``).
 
     Raises:
       ValueError: a sink's package is missing (exit code 2, before the run starts).
     """
-    from llome_jax.tracking import make_tracker
+    from llome_jax.run.tracking import make_tracker
 
     try:
         return [make_tracker(name, args.out) for name in getattr(args, "trackers", None) or []]

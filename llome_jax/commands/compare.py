@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
     from llome_jax.commands._common import check_out
     from llome_jax.compare import after_round0, common_budget, load_runs, summarise
-    from llome_jax.label_audit import label_audit, label_audit_summary
+    from llome_jax.run.label_audit import label_audit, label_audit_summary
 
     axis = "wall_clock" if args.axis == "wall-clock" else "labels"
     if args.budget is not None:
@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"information contract: {label_audit_summary(audits)}")
     if args.out is None:
         return 0
-    from llome_jax.plotting import plot_regret_curves
+    from llome_jax.run.plotting import plot_regret_curves
 
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -103,8 +103,8 @@ def _refuse(args: argparse.Namespace, flags: dict[str, str], mode: str) -> None:
 def _run_rounds(args: argparse.Namespace) -> int:
     import pathlib
 
-    from llome_jax.ga_optimizer import GARunConfig, GeneticAlgorithm, run
-    from llome_jax.runner import progress_text
+    from llome_jax.ga.optimizer import GARunConfig, GeneticAlgorithm, run
+    from llome_jax.run.runner import progress_text
 
     _refuse(
         args,
@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from llome_jax import ehrlich, ga
-    from llome_jax.ga_optimizer import GASeedsConfig, run_seeds
+    from llome_jax.ga.optimizer import GASeedsConfig, run_seeds
     from llome_jax.rough_mt_fuji import is_rmf_name
 
     if args.rounds is not None or args.resume or getattr(args, "budget", None) is not None:

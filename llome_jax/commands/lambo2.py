@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     trackers = make_trackers(args)
     mesh = None
     if args.devices is not None:
-        from llome_jax.parallel import make_mesh
+        from llome_jax.host.parallel import make_mesh
 
         mesh = make_mesh(args.devices)
     result = optimizer.run(
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     )
     final = result.state.history
     best = float(final.y.max())
-    from llome_jax.rundir import RunDirectory
+    from llome_jax.run.rundir import RunDirectory
 
     # the labels paid, as the run directory counts them (the history also holds the public
     # start sequence, which is not paid)

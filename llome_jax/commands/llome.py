@@ -25,7 +25,7 @@ ORDER = 30
 def _loss_name(text: str) -> str:
     """``--loss``: a registered loss (``loss_registry.LOSS_SPECS``, read only when parsing, so that
     ``--help`` does not import JAX)."""
-    from llome_jax.loss_registry import LOSS_SPECS
+    from llome_jax.training.loss_registry import LOSS_SPECS
 
     name = text.strip().lower()
     if name not in LOSS_SPECS:
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     from llome_jax.llome.config import validate_config
     from llome_jax.llome.loop import run as run_llome
     from llome_jax.llome.presets import check_weights_given
-    from llome_jax.runner import progress_text
+    from llome_jax.run.runner import progress_text
 
     objective = objective_argument(args, "llome")
     cfg = build_config(args)

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         written).
     """
     from llome_jax import optimizers
-    from llome_jax.runner import progress_text
+    from llome_jax.run.runner import progress_text
 
     if args.list:
         for name in optimizers.names():

@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--out DIR is required (or --print-config to show the configuration)")
     import pathlib
 
-    from llome_jax import compile_cache
+    from llome_jax.host import compile_cache
 
     # ehrlich.make compiles a small chain sampler per instance: a persistent cache turns the
     # repeats into cache hits (keep one the caller set)

@@ -19,10 +19,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from llome_jax import host_threads
 from llome_jax.ehrlich import kernel
 from llome_jax.ehrlich.config import EhrlichConfig
 from llome_jax.ehrlich.function import Ehrlich
+from llome_jax.host import threads as host_threads
 
 __all__ = [
     "bucket_size",
@@ -325,7 +325,7 @@ def evaluate(
       mesh: a ``jax.sharding.Mesh``: the batch's rows are split over all its devices (every
         axis), each evaluating its own rows (``shard_map``); the same values as one device, bit
         for bit. Host input returns on the default device, a device array or tracer sharded over
-        the mesh. E.g. ``evaluate(fn, x, mesh=llome_jax.parallel.make_mesh())`` on 8 GPUs.
+        the mesh. E.g. ``evaluate(fn, x, mesh=llome_jax.host.parallel.make_mesh())`` on 8 GPUs.
 
     Returns:
       float32 ``[...]``.

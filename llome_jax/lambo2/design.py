@@ -51,7 +51,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from llome_jax import parallel
+from llome_jax.host import parallel
 from llome_jax.lambo2.kl_term import (
     mean_kl_to_reference,
     pseudo_log_likelihood,

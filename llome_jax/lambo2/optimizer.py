@@ -11,8 +11,8 @@ Run (``n`` sequences per round, ``R`` rounds)::
         X      = design_round(θ, seeds)      # S design steps, n proposals, no de-duplication
         S      = S u {(x, f(x), r) : x in X} # the only oracle calls of the round
 
-The shared driver (:func:`llome_jax.runner.run`, with the :class:`Lambo2` plug-in) writes the run
-directory (:mod:`llome_jax.rundir`, the same layout as ``llome-jax llome``): ``config.json``,
+The shared driver (:func:`llome_jax.run.runner.run`, with the :class:`Lambo2` plug-in) writes the run
+directory (:mod:`llome_jax.run.rundir`, the same layout as ``llome-jax llome``): ``config.json``,
 ``rounds.jsonl`` (``ROUND_FIELDS`` plus LaMBO-2 extras), ``evaluated.csv`` (the GA's distinct
 sequences as round 0, then every proposal), ``regret.png``, ``checkpoints/`` (one orbax step per
 round: ``θ0`` as arrays, the history in the JSON metadata). Oracle accounting as LLOME:
@@ -47,7 +47,6 @@ from llome_jax.lambo2 import seeds as lambo_seeds
 from llome_jax.lambo2 import train as lambo_train
 from llome_jax.lambo2.config import PRESETS, Lambo2Config, preset
 from llome_jax.metrics import round_metrics
-from llome_jax.migrations import LAMBO2_MIGRATIONS
 from llome_jax.objective import Objective, as_objective
 from llome_jax.optimizers.base import (
     AskTellOptimizer,
@@ -55,8 +54,9 @@ from llome_jax.optimizers.base import (
     LabelledData,
     first_unlabelled,
 )
-from llome_jax.runner import RunResult, progress_bar, progress_text, round0_key
-from llome_jax.runner import run as run_rounds
+from llome_jax.run.migrations import LAMBO2_MIGRATIONS
+from llome_jax.run.runner import RunResult, progress_bar, progress_text, round0_key
+from llome_jax.run.runner import run as run_rounds
 
 __all__ = [
     "PRESETS",
@@ -303,6 +303,20 @@ class Lambo2(AskTellOptimizer):
     config_class = Lambo2Config
     stops_when_nothing_new = False
 
+    @classmethod
+    def test_config(cls, **overrides: Any) -> Lambo2Config:
+        """The contract tests' configuration: the ``smoke`` preset with one network of one
+        block, 2 rounds of 16 samples, a 32-particle round 0, one epoch and one design step."""
+        small = preset(
+            "smoke",
+            rounds=2,
+            num_samples=16,
+            ga_particles=32,
+            model_overrides=(("ensemble_size", 1), ("num_blocks", 1)),
+            **{"train.epochs": 1, "design.num_steps": 1, "design.guidance_updates": 1},
+        )
+        return small.replace(**overrides)
+
     def __init__(
         self, cfg: Lambo2Config, objective: Objective | None = None, *, mesh: Any = None
     ) -> None:
@@ -470,7 +484,7 @@ def run(
     mesh: Any = None,
     **options: Any,
 ) -> RunResult[AskTellState]:
-    """Run (or resume) LaMBO-2 into the run directory ``out``: :func:`llome_jax.runner.run` (its
+    """Run (or resume) LaMBO-2 into the run directory ``out``: :func:`llome_jax.run.runner.run` (its
     ``options``: ``resume``, ``progress``, ``max_rounds_this_call``, ``log``, ``extra_config``,
     ``trackers``) with the :class:`Lambo2` plug-in, on ``objective`` if given (else
     ``cfg.function``), the design population sharded over ``mesh`` if given.

@@ -2,7 +2,7 @@
 
 ``LoopConfig`` is a frozen, hashable dataclass that fixes every shape and setting of a run
 (``llome_jax.llome.presets`` names the usual ones). The loss schedule says which loss trains each
-round (``"sft:1,marge:9"``); the losses themselves live in :mod:`llome_jax.losses`.
+round (``"sft:1,marge:9"``); the losses themselves live in :mod:`llome_jax.training.losses`.
 :func:`validate_config` checks everything user input can get wrong before any work is done.
 """
 
@@ -21,7 +21,7 @@ from llome_jax.llome.data import PropEnConfig
 from llome_jax.llome.filter import FilterConfig
 from llome_jax.llome.refine import RefineConfig
 from llome_jax.llome.temperature import DEFAULT_TEMPERATURES
-from llome_jax.loss_registry import LOSS_SPECS
+from llome_jax.training.loss_registry import LOSS_SPECS
 
 #: Outputs one round of the paper's refinement generates: n_s = 200 seeds x n_i = 10 iterations x
 #: (greedy + 6 temperatures x n_o = 10 samples), the size its stop rule's n_s = 200 was set for.
@@ -41,7 +41,7 @@ __all__ = [
     "validate_config",
 ]
 
-#: Losses a round can train with: the registry ``llome_jax.loss_registry.LOSS_SPECS`` (read at
+#: Losses a round can train with: the registry ``llome_jax.training.loss_registry.LOSS_SPECS`` (read at
 #: each check, so a loss registered with ``loss_registry.register_loss`` is accepted everywhere).
 LOSS_NAMES: Mapping[str, Any] = LOSS_SPECS
 
@@ -434,7 +434,7 @@ class LoopConfig:
 
 #: The flat setting names of LoopConfig before its phases had their own configurations, and
 #: where each lives now: ``LoopConfig.replace`` and ``presets.preset`` accept them (an old run
-#: directory's flat ``config.json`` is read by ``llome_jax.migrations``).
+#: directory's flat ``config.json`` is read by ``llome_jax.run.migrations``).
 FLAT_KEYS: dict[str, str] = {
     "ga_particles": "ga.num_particles",
     "ga_mutation_prob": "ga.mutation_prob",

@@ -44,8 +44,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from llome_jax.llome.neighbours import HammingNeighbours, hamming_neighbours, padded_size
-from llome_jax.loss_inputs import margin_reward
 from llome_jax.metrics import rows_in  # re-exported: its home is llome_jax.metrics
+from llome_jax.training.loss_inputs import margin_reward
 
 __all__ = [
     "PreferenceTriples",

@@ -26,8 +26,8 @@ import numpy as np
 from llome_jax.llome.config import LoopConfig
 from llome_jax.llome.data import random_bits
 from llome_jax.llome.runtime import Runtime, model_with
-from llome_jax.loss_registry import loss_spec
-from llome_jax.runner import progress_bar
+from llome_jax.run.runner import progress_bar
+from llome_jax.training.loss_registry import loss_spec
 
 __all__ = [
     "batch_of_units",
@@ -49,7 +49,7 @@ def optimizer_config(cfg: LoopConfig, loss: str, total_steps: int, round_index: 
     """The optax optimizer settings of a round of ``loss`` over ``total_steps`` steps
     (``train_optimizer.paper_optimizer``): the preference losses' ``dpo_*`` settings, else the
     learning rate (round 1's own where set), weight decay and warm-up."""
-    from llome_jax.train_optimizer import paper_optimizer
+    from llome_jax.training.optimizer import paper_optimizer
 
     learning_rate = cfg.finetune.learning_rate
     if round_index == 1 and cfg.finetune.first_round_learning_rate is not None:
@@ -78,8 +78,8 @@ def train_step(rt: Runtime, cfg: LoopConfig, loss: str, opt_config: Any) -> Any:
 
 
 def _make_train_step(rt: Runtime, cfg: LoopConfig, loss: str, opt_config: Any) -> Any:
-    from llome_jax.loss_registry import get_loss
-    from llome_jax.train import make_train_step
+    from llome_jax.training.loss_registry import get_loss
+    from llome_jax.training.step import make_train_step
 
     return make_train_step(
         get_loss(loss),
@@ -226,8 +226,8 @@ def batch_of_units(
     (``SeqLogProbs`` ``[R]``), each unit's ``reward`` and ``weight`` ``[N]`` (0: padding), the
     MargE group size and target window of ``cfg.finetune``. Fine-tuning
     (:func:`train`) and pretraining (``llome_jax.llome.pretrain``) build their batches with it."""
-    from llome_jax.loss_inputs import LossBatch
-    from llome_jax.train import TrainBatch
+    from llome_jax.training.loss_inputs import LossBatch
+    from llome_jax.training.step import TrainBatch
     from llome_jax.types import SeqLogProbs
 
     return TrainBatch.create(
@@ -252,8 +252,8 @@ def eval_step(rt: Runtime, cfg: LoopConfig, loss: str) -> Any:
 
 
 def _make_eval_step(rt: Runtime, cfg: LoopConfig, loss: str) -> Any:
-    from llome_jax.loss_registry import get_loss
-    from llome_jax.train import make_eval_step
+    from llome_jax.training.loss_registry import get_loss
+    from llome_jax.training.step import make_eval_step
 
     return make_eval_step(
         get_loss(loss),
@@ -317,11 +317,11 @@ def train(
     and ``info`` adds ``selected_step``, ``selection_passed``, ``val_loss``, ``gate_valid``,
     ``gate_feasible``, ``selection_history``, ``num_val_units`` and ``time_selection``.
     """
-    from llome_jax import parallel
-    from llome_jax.dataset_logprobs import compute_logprobs
+    from llome_jax.host import parallel
     from llome_jax.llome import selection
-    from llome_jax.train import TrainState
-    from llome_jax.train_optimizer import make_optimizer
+    from llome_jax.training.dataset_logprobs import compute_logprobs
+    from llome_jax.training.optimizer import make_optimizer
+    from llome_jax.training.step import TrainState
     from llome_jax.types import SeqLogProbs
 
     n = int(data["units"])

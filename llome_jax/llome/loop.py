@@ -3,7 +3,7 @@
 The phases live in their own modules; this one joins them into an
 :class:`~llome_jax.optimizers.AskTellOptimizer`, whose base owns round 0 (the shared GA), the
 labelling, the records and the checkpoints, and which the shared driver
-(:func:`llome_jax.runner.run`) runs:
+(:func:`llome_jax.run.runner.run`) runs:
 
 * :mod:`~llome_jax.llome.config`: :class:`LoopConfig`, the loss schedule, input validation;
 * :mod:`~llome_jax.llome.runtime`: the explicit :class:`Runtime` (function, codec, model, mesh);
@@ -50,6 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from llome_jax.llome import presets
 from llome_jax.llome.config import (
     LoopConfig,
     validate_config,
@@ -63,11 +64,11 @@ from llome_jax.llome.state import (
     save_checkpoint,
     stop_message,
 )
-from llome_jax.migrations import LLOME_MIGRATIONS
 from llome_jax.objective import Objective
 from llome_jax.optimizers.base import AskTellOptimizer, AskTellState, LabelledData
-from llome_jax.runner import RunResult
-from llome_jax.runner import run as run_rounds
+from llome_jax.run.migrations import LLOME_MIGRATIONS
+from llome_jax.run.runner import RunResult
+from llome_jax.run.runner import run as run_rounds
 
 __all__ = ["Llome", "run"]
 
@@ -113,6 +114,15 @@ class Llome(AskTellOptimizer):
     #: a round whose Filter chose nothing new is recorded, and stops the run (stop code 2)
     stops_when_nothing_new = False
 
+    @classmethod
+    def test_config(cls, **overrides: Any) -> LoopConfig:
+        """The contract tests' configuration: the ``smoke`` preset with a 2-layer model, 2
+        rounds, run seed 1 (seed 0 stops after one round: no training pairs)."""
+        small = presets.preset(
+            "smoke", seed=1, rounds=2, model_overrides=(("num_hidden_layers", 2),)
+        )
+        return small.replace(**overrides)
+
     def __init__(
         self,
         cfg: LoopConfig,
@@ -145,7 +155,7 @@ class Llome(AskTellOptimizer):
         """The initial model and ``S_0``: round 0's distinct sequences in the order the GA met
         them (``data.round0``)."""
         from llome_jax.llome.finetune import optimizer_config
-        from llome_jax.train_optimizer import make_optimizer
+        from llome_jax.training.optimizer import make_optimizer
 
         assert data.round0 is not None  # restore overrides the base's shapes-only call
         particles, values = data.round0.particles, data.round0.values
@@ -277,7 +287,7 @@ def run(
     log_candidates: bool = False,
     **options: Any,
 ) -> RunResult[AskTellState]:
-    """Run (or resume) LLOME into the run directory ``out``: :func:`llome_jax.runner.run` (its
+    """Run (or resume) LLOME into the run directory ``out``: :func:`llome_jax.run.runner.run` (its
     ``options``: ``resume``, ``progress``, ``max_rounds_this_call``, ``log``, ``extra_config``,
     ``trackers``) with the :class:`Llome` plug-in, on ``runtime`` if given (else one built for
     ``cfg``), on ``objective`` if given (else ``cfg.function``); ``log_candidates`` writes each

@@ -107,8 +107,8 @@ class _Batches:
         return self._epoch[1][offset * self.size : (offset + 1) * self.size]
 
     def __call__(self, step: int, reference_params: Any = None) -> Any:
-        from llome_jax.dataset_logprobs import compute_logprobs
         from llome_jax.llome.finetune import batch_of_units, padded_units
+        from llome_jax.training.dataset_logprobs import compute_logprobs
         from llome_jax.types import SeqLogProbs
 
         units, weight = padded_units(self.units(step), self.size)
@@ -176,17 +176,17 @@ def run(
         (``RunDirectory.create``); nothing is written then.
     """
     from llome_jax import ehrlich
-    from llome_jax.checkpoint import CheckpointManager, abstract_like
-    from llome_jax.files import atomic_write_text, read_config
     from llome_jax.llome import finetune
     from llome_jax.llome.runtime import Runtime, initial_params, named_key
-    from llome_jax.loss_registry import loss_spec
     from llome_jax.objective import Objective
-    from llome_jax.provenance import provenance
-    from llome_jax.rundir import RunDirectory
-    from llome_jax.runner import progress_bar
-    from llome_jax.train import TrainState
-    from llome_jax.train_optimizer import make_optimizer
+    from llome_jax.run.checkpoint import CheckpointManager, abstract_like
+    from llome_jax.run.files import atomic_write_text, read_config
+    from llome_jax.run.provenance import provenance
+    from llome_jax.run.rundir import RunDirectory
+    from llome_jax.run.runner import progress_bar
+    from llome_jax.training.loss_registry import loss_spec
+    from llome_jax.training.optimizer import make_optimizer
+    from llome_jax.training.step import TrainState
 
     started = time.perf_counter()
     out = pathlib.Path(out)

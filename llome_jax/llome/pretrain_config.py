@@ -109,7 +109,7 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         from llome_jax.ehrlich.instances import configuration_name
-        from llome_jax.loss_registry import loss_spec
+        from llome_jax.training.loss_registry import loss_spec
 
         name = str(self.function).strip()
         if name.endswith(".json"):

@@ -26,7 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from llome_jax import ga, ga_loop
+from llome_jax import ga
+from llome_jax.ga import loop as ga_loop
 from llome_jax.llome.data import random_bits
 from llome_jax.llome.pretrain_config import PretrainConfig
 
@@ -48,7 +49,7 @@ def make_instances(cfg: PretrainConfig, progress: bool = False) -> tuple[list[An
     one instance at a time; the GA that follows runs vmapped over them (:func:`ga_archives`).
     """
     from llome_jax import ehrlich
-    from llome_jax.runner import progress_bar
+    from llome_jax.run.runner import progress_bar
 
     fns, x0s = [], []
     with progress_bar(progress, total=cfg.num_instances, desc="instances", unit="inst") as bar:
@@ -205,7 +206,7 @@ def generate_data(key: jax.Array, cfg: PretrainConfig, progress: bool = False) -
     from llome_jax.llome.data import propen_pairs
     from llome_jax.llome.finetune import subset
     from llome_jax.llome.runtime import named_key
-    from llome_jax.runner import progress_bar
+    from llome_jax.run.runner import progress_bar
 
     fns, x0s = make_instances(cfg, progress)
     seeds = np.asarray(cfg.instance_seeds, np.int64)

@@ -27,7 +27,7 @@ def read_losses(path: pathlib.Path) -> list[tuple[int, float]]:
 
 def write_losses(path: pathlib.Path, rows: list[tuple[int, float]]) -> None:
     """Write ``losses.csv`` with exactly ``rows`` (atomically; a resume's rollback)."""
-    from llome_jax.files import atomic_write_text
+    from llome_jax.run.files import atomic_write_text
 
     text = "step,loss\n" + "".join(f"{step},{loss!r}\n" for step, loss in rows)
     atomic_write_text(path, text)

@@ -8,7 +8,7 @@ count}, ``label_digests`` (:func:`label_digests`: the first 16 hex digits of
 ``llome_jax.priors.pretrained_instance`` compares), ``num_pairs`` (the pool's PropEn pairs),
 ``steps``, ``final_loss_mean`` (mean loss over the last epoch's steps), ``seconds`` /
 ``seconds_data``, ``command`` / ``commit`` / ``dirty`` / ``versions`` / ``device`` (the
-invocation that exported the weights, ``llome_jax.provenance``), ``provenance`` (every
+invocation that exported the weights, ``llome_jax.run.provenance``), ``provenance`` (every
 invocation of the run), ``run_directory`` and ``sha256`` ``{"model.safetensors": hex}``
 (:func:`export_weights`; ``llome_jax.priors.verify_weights`` checks it).
 """
@@ -39,7 +39,7 @@ def label_digests(cfg: PretrainConfig, progress: bool = False) -> list[str]:
     from llome_jax import ehrlich
     from llome_jax.ehrlich.instances import label_digest
     from llome_jax.priors import DIGEST_DIGITS
-    from llome_jax.runner import progress_bar
+    from llome_jax.run.runner import progress_bar
 
     out = []
     with progress_bar(progress, total=cfg.num_instances, desc="digests", unit="inst") as bar:
@@ -65,9 +65,9 @@ def export_weights(
 
     from safetensors.numpy import save
 
-    from llome_jax.files import atomic_write_text
     from llome_jax.llome.runtime import model_with
     from llome_jax.lm import convert
+    from llome_jax.run.files import atomic_write_text
 
     directory = pathlib.Path(directory)
     temporary = directory.with_name(f".{directory.name}.tmp")

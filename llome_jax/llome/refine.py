@@ -15,7 +15,7 @@ n_i = 10, n_o = 10, |T| = 6``). All trajectories advance together: one iteration
 temperature (``0`` = greedy), split into equal fixed-shape chunks of at most
 ``config.batch_size`` rows (so it compiles once; see ``_chunking``); within a chunk the prompt
 pass runs once per distinct prompt (``share_prompts``), and on XLA:CPU without a mesh the
-chunks run concurrently on the host's cores (:mod:`llome_jax.host_threads`; same numbers).
+chunks run concurrently on the host's cores (:mod:`llome_jax.host.threads`; same numbers).
 Outputs are cut at the first ``]`` token, parsed and validated by the
 :class:`~llome_jax.lm.codec.SequenceCodec`; invalid outputs are counted, never kept, never
 chosen as the next input (a trajectory keeps its prompt when nothing valid came out).
@@ -56,7 +56,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from llome_jax import ehrlich, host_threads
+from llome_jax import ehrlich
+from llome_jax.host import threads as host_threads
 from llome_jax.llome.data import first_occurrences
 from llome_jax.llome.seeds import next_refinement_inputs
 from llome_jax.objective import Objective
@@ -188,7 +189,7 @@ class Refinement:
 def _mesh_size(mesh: Any) -> int:
     if mesh is None:
         return 1
-    from llome_jax.parallel import DATA_AXIS
+    from llome_jax.host.parallel import DATA_AXIS
 
     return int(mesh.shape[DATA_AXIS])
 
@@ -328,7 +329,7 @@ def iterative_refinement(
     inputs = np.tile(seeds, (num_jobs, 1))  # [J * n_s, L], trajectory t = job * n_s + seed
     best = np.full(num_jobs * n_s, -np.inf, np.float32)
     # One XLA:CPU call uses about one core and calls from different threads overlap
-    # (llome_jax.host_threads); a mesh spreads each chunk over its devices, and an accelerator
+    # (llome_jax.host.threads); a mesh spreads each chunk over its devices, and an accelerator
     # runs one call at a time anyway.
     concurrent = mesh is None and jax.default_backend() == "cpu"
     record: dict[str, list[np.ndarray]] = {k: [] for k in ("seq", "inp", "ll", "raw", "valid")}

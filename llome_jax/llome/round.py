@@ -49,10 +49,10 @@ from llome_jax.llome.runtime import Runtime, model_with
 from llome_jax.llome.seeds import select_seeds, select_seeds_reference
 from llome_jax.llome.state import STOP_REASONS, LoopState, found_optimum, stop_message
 from llome_jax.llome.temperature import TemperatureSchedule, temperature_offset, temperatures
-from llome_jax.loss_inputs import margin_reward
 from llome_jax.metrics import round_metrics, rows_in
 from llome_jax.oracle import Oracle
-from llome_jax.runner import progress_bar
+from llome_jax.run.runner import progress_bar
+from llome_jax.training.loss_inputs import margin_reward
 
 __all__ = [
     "CANDIDATE_FIELDS",

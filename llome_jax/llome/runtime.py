@@ -69,7 +69,7 @@ class Runtime:
         (from ``cfg.weights``, or from scratch with a seed derived from ``cfg.seed``)."""
         from flax import nnx
 
-        from llome_jax import parallel
+        from llome_jax.host import parallel
         from llome_jax.lm.codec import SequenceCodec
         from llome_jax.lm.tokenizer import load_tokenizer, make_ehrlich_tokenizer
         from llome_jax.objective import ehrlich_objective
@@ -132,7 +132,7 @@ def model_with(model: Any, params: Any) -> Any:
 
 def initial_params(model: Any) -> Any:
     """A copy of the model's parameters as a pure dict (the state owns it; steps donate it)."""
-    from llome_jax.train import split_params
+    from llome_jax.training.step import split_params
 
     _, params, _ = split_params(model)
     return jax.tree.map(jnp.copy, params)

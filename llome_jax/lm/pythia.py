@@ -30,7 +30,7 @@ Parameters are float32 by default (``param_dtype``); ``compute_dtype="bfloat16"`
 matmuls in bf16 (LayerNorm statistics, attention softmax and the returned logits stay float32).
 
 Model contract (shared with :class:`llome_jax.testing.TinyCausalLM` and
-:func:`llome_jax.train.make_train_step`)::
+:func:`llome_jax.training.step.make_train_step`)::
 
     model(input_ids [B, T], attention_mask=None, position_ids=None) -> logits f32 [B, T, V]
 
@@ -432,7 +432,7 @@ class Pythia(nnx.Module):
           attention_mask: 0/1 ``[B, T]`` (1 = real token; default all ones). Padding keys are
             never attended to; outputs at padding positions are meaningless.
           position_ids: int ``[B, T]`` rotary positions. Default ``arange(T)`` as in HF; pass
-            ``cumsum(mask) - 1`` (``llome_jax.train.position_ids_from_mask``) for left padding.
+            ``cumsum(mask) - 1`` (``llome_jax.training.step.position_ids_from_mask``) for left padding.
           logit_positions: optional int ``[B, W]``: apply the output head at these positions
             only (``llome_jax.lm.logprobs.target_positions``; the head is the widest matmul).
 

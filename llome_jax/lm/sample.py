@@ -40,7 +40,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
-from llome_jax import parallel
+from llome_jax.host import parallel
 from llome_jax.lm.pythia import attention_mask_for, cast_floats, graphdef_in_dtype
 
 __all__ = ["Generation", "SampleConfig", "generate", "process_logits", "split_for_generation"]

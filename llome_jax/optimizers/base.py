@@ -32,8 +32,8 @@ checks on what ``ask`` returns (:class:`ContractError`: a sequence proposed twic
 labelled, more than ``num``, or a malformed array), the round record (``metrics.round_metrics``
 plus :meth:`AskTellOptimizer.record`'s own fields) and its progress line, stop reasons (the
 optimum found, or nothing proposed), checkpoints of the pytree state (orbax) and exact resume,
-``config.json`` with ``config_version`` and migrations (:class:`~llome_jax.plugin.
-RoundOptimizerBase`), provenance, trackers and the plot (:func:`llome_jax.runner.run`).
+``config.json`` with ``config_version`` and migrations (:class:`~llome_jax.optimizers.plugin.
+RoundOptimizerBase`), provenance, trackers and the plot (:func:`llome_jax.run.runner.run`).
 
 Keys: round 0's GA gets ``round0_key(key)``, ``init_state`` ``fold_in(key, 2)`` (``state_key``),
 round ``r``'s first ``ask`` ``k_r = fold_in(fold_in(key, 3), r)`` and its ask ``i > 0``
@@ -52,13 +52,14 @@ from typing import Any, ClassVar, NamedTuple
 import jax
 import numpy as np
 
-from llome_jax import configs, ga_loop
+from llome_jax import configs
 from llome_jax.ga import GAConfig
+from llome_jax.ga import loop as ga_loop
 from llome_jax.metrics import round_metrics
 from llome_jax.objective import Objective
+from llome_jax.optimizers.plugin import RoundOptimizerBase
 from llome_jax.oracle import check_contract_settings
-from llome_jax.plugin import RoundOptimizerBase
-from llome_jax.runner import RoundResult, optimum_stop_reason, progress_text, round0_key
+from llome_jax.run.runner import RoundResult, optimum_stop_reason, progress_text, round0_key
 
 __all__ = [
     "AskTellOptimizer",
@@ -518,7 +519,7 @@ class AskTellOptimizer(RoundOptimizerBase):
         """The newest readable checkpoint, restored into the shapes :meth:`init_state` gives
         (called on the start sequence alone, ``data.round0`` ``None``: the shapes must not
         depend on the data)."""
-        from llome_jax.checkpoint import abstract_like
+        from llome_jax.run.checkpoint import abstract_like
 
         x0 = np.asarray(self.x0, np.int32)[None]
         start = LabelledData(x0, np.zeros(1), int(self.objective.num_states), self.oracle.lookup)

@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from llome_jax.migrations import CONFIG_VERSION
 from llome_jax.objective import Objective
 from llome_jax.optimizers.registry import OptimizerEntry, get, run
+from llome_jax.run.migrations import CONFIG_VERSION
 
 __all__ = [
     "CHECKS",

@@ -21,7 +21,7 @@ An entry names an :class:`~llome_jax.optimizers.AskTellOptimizer` subclass (or a
 the same four attributes): ``name``, ``config_class`` (its frozen configuration), the
 constructor ``(cfg, objective=None)`` and ``test_config(**overrides)`` (a configuration of a few
 seconds, which the contract tests run). :func:`run` runs one into a run directory through
-:func:`llome_jax.runner.run`.
+:func:`llome_jax.run.runner.run`.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from typing import Any
 
 __all__ = [
     "BUILTINS",
+    "BUILTIN_ENTRIES",
     "ENTRY_POINT_GROUP",
     "ENVIRONMENT",
     "OptimizerEntry",
@@ -57,7 +58,7 @@ class OptimizerEntry:
 
     Attributes:
       name: its registry name (``config.json``'s ``"optimizer"``).
-      make: ``(cfg, objective=None) -> plug-in`` for :func:`llome_jax.runner.run`.
+      make: ``(cfg, objective=None) -> plug-in`` for :func:`llome_jax.run.runner.run`.
       config_class: its configuration dataclass.
       test_config: ``(**overrides) -> cfg``, a configuration of a few seconds (the contract
         tests run it, so that a registered optimizer is held to the contract with no test
@@ -73,69 +74,24 @@ class OptimizerEntry:
     source: str = "built-in"
 
 
-def _ga_test_config(**overrides: Any) -> Any:
-    from llome_jax import ga
-    from llome_jax.ga_optimizer import GARunConfig
-
-    small = GARunConfig(
-        function="Ehr(8,8)-2-2-2",
-        instance_seed=1,
-        seed=0,
-        rounds=2,
-        initial_generations=3,
-        generations_per_round=1,
-        ga=ga.GAConfig(num_particles=32, mutation_prob=0.05),
-    )
-    return small.replace(**overrides)
-
-
-def _llome_test_config(**overrides: Any) -> Any:
-    from llome_jax.llome import presets
-
-    # run seed 1: two rounds on the smoke function (seed 0 stops after one: no training pairs)
-    small = presets.preset("smoke", seed=1, rounds=2, model_overrides=(("num_hidden_layers", 2),))
-    return small.replace(**overrides)
-
-
-def _lambo2_test_config(**overrides: Any) -> Any:
-    from llome_jax.lambo2 import optimizer as lambo2
-
-    small = lambo2.preset(
-        "smoke",
-        rounds=2,
-        num_samples=16,
-        ga_particles=32,
-        model_overrides=(("ensemble_size", 1), ("num_blocks", 1)),
-        **{"train.epochs": 1, "design.num_steps": 1, "design.guidance_updates": 1},
-    )
-    return small.replace(**overrides)
+#: the built-ins, each found as an installed package's entry point is (``module:attr``), so that
+#: the registry imports no optimizer: each is imported on first use and ``--help`` never pays for
+#: LLOME's imports
+BUILTIN_ENTRIES: dict[str, str] = {
+    "ga": "llome_jax.ga.optimizer:GeneticAlgorithm",
+    "llome": "llome_jax.llome.loop:Llome",
+    "lambo2": "llome_jax.lambo2.optimizer:Lambo2",
+    "local_search": "llome_jax.optimizers.local_search:LocalSearch",
+}
 
 
 def _builtin(name: str) -> OptimizerEntry:
-    """A built-in, imported on first use (``--help`` never pays for LLOME's imports)."""
-    if name == "ga":
-        from llome_jax.ga_optimizer import GARunConfig, GeneticAlgorithm
-
-        return OptimizerEntry(name, GeneticAlgorithm, GARunConfig, _ga_test_config)
-    if name == "llome":
-        from llome_jax.llome.config import LoopConfig
-        from llome_jax.llome.loop import Llome
-
-        def make(cfg: Any, objective: Any = None) -> Any:
-            return Llome(cfg, objective=objective)
-
-        return OptimizerEntry(name, make, LoopConfig, _llome_test_config)
-    if name == "lambo2":
-        from llome_jax.lambo2.optimizer import Lambo2, Lambo2Config
-
-        return OptimizerEntry(name, Lambo2, Lambo2Config, _lambo2_test_config)
-    from llome_jax.optimizers.local_search import LocalSearch
-
-    return _entry(LocalSearch, "built-in")
+    """A built-in, imported on first use."""
+    return _entry(_load_attr(BUILTIN_ENTRIES[name]), "built-in")
 
 
 #: the built-in optimizers' names
-BUILTINS = ("ga", "llome", "lambo2", "local_search")
+BUILTINS = tuple(BUILTIN_ENTRIES)
 _REGISTERED: dict[str, OptimizerEntry] = {}
 
 
@@ -251,11 +207,11 @@ def run(
     **options: Any,
 ) -> Any:
     """Run (or resume, ``resume=True``) an optimizer with configuration ``cfg`` into the run
-    directory ``out``: :func:`llome_jax.runner.run` (its ``options``: ``budget``, ``resume``,
+    directory ``out``: :func:`llome_jax.run.runner.run` (its ``options``: ``budget``, ``resume``,
     ``progress``, ``max_rounds_this_call``, ``trackers``, ...) on ``objective`` if given, else
     ``cfg.function``. ``optimizer``: a registered name or ``module:attr`` (:func:`get`), an
     :class:`OptimizerEntry`, or an optimizer class itself (registered or not)."""
-    from llome_jax.runner import run as run_rounds
+    from llome_jax.run.runner import run as run_rounds
 
     if isinstance(optimizer, str):
         entry = get(optimizer)

@@ -172,7 +172,7 @@ def run_sweep(
             shutil.rmtree(out / "runs" / name)
     engine = make_executor(executor, out, **options) if isinstance(executor, str) else executor
     if engine.name == "inline" and cache == "task":  # one process: one cache for every run
-        from llome_jax import compile_cache
+        from llome_jax.host import compile_cache
 
         compile_cache.enable(out / ".jax_cache" / "inline")
     previous = _attempts(out)

@@ -278,7 +278,7 @@ class SubmititExecutor:
         self, submitit: Any, folder: str, tasks: Sequence[Task], plan: SweepPlan
     ) -> Iterator[TaskResult]:
         """submitit's local executor, at most ``parallelism`` jobs at a time."""
-        from llome_jax import host_threads
+        from llome_jax.host import threads as host_threads
 
         limit = int(self.parallelism or host_threads.usable_cores())
         pending = collections.deque(tasks)

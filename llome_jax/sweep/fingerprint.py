@@ -94,7 +94,7 @@ def run_fingerprint(spec: RunSpec, scale: Scale) -> str:
 def stamp(path: str | pathlib.Path, spec: RunSpec, scale: Scale) -> None:
     """Add the run's fingerprint and its inputs to the finished run ``path``'s ``done.json``
     (its other keys kept; written atomically). Nothing happens without a ``done.json``."""
-    from llome_jax.files import atomic_write_text
+    from llome_jax.run.files import atomic_write_text
 
     done = pathlib.Path(path) / "done.json"
     try:

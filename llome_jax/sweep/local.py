@@ -107,7 +107,7 @@ class LocalExecutor:
         gpus: Sequence[str] | None = None,
         cores: Sequence[int] | None = None,
     ) -> None:
-        from llome_jax import host_threads
+        from llome_jax.host import threads as host_threads
 
         self.cores = list(host_threads.core_ids() if cores is None else cores)
         self.workers = int(workers or len(self.cores) or os.cpu_count() or 1)

@@ -217,7 +217,7 @@ def _enable_cache(task: Task, out: pathlib.Path) -> None:
     """The task's compilation cache (:data:`CACHE_MODES`)."""
     if task.cache == "off":
         return
-    from llome_jax import compile_cache
+    from llome_jax.host import compile_cache
 
     if task.cache == "node":
         root = pathlib.Path(os.environ.get("TMPDIR") or "/tmp") / f"llome_jax_cache_{os.getuid()}"

@@ -38,7 +38,7 @@ def plot_curves(
     Each curve ends at its run's last label (a method's median where fewer than half its runs
     go on); with ``stopped_before`` (the budget after round 0), the last point of every run
     that stopped before it is marked with an ``x`` in its method's colour."""
-    from llome_jax.plotting import BANDS, draw_regret_curves, mark_stopped
+    from llome_jax.run.plotting import BANDS, draw_regret_curves, mark_stopped
 
     plt = pyplot()
     n = max(1, len(panels))

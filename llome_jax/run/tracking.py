@@ -1,6 +1,6 @@
 """Per-round metrics sinks for the round driver: TensorBoard and Weights & Biases.
 
-:func:`llome_jax.runner.run` takes ``trackers=(...)``, objects implementing :class:`Tracker`:
+:func:`llome_jax.run.runner.run` takes ``trackers=(...)``, objects implementing :class:`Tracker`:
 
 * ``start(config, run_dir, history)`` once, after the run directory is set up (``config`` is
   ``config.json``'s content; ``history`` the records already in ``rounds.jsonl`` when a resume

@@ -16,10 +16,10 @@ Pipeline of one step (:func:`make_train_step`)::
     loss   = weighted_mean(loss_fn(policy, batch.reference, batch.loss, hparams))
     grads  = d loss / d params   (exact, also with gradient accumulation; see below)
     grads  = clip to global norm (torch ``clip_grad_norm_`` formula)
-    params, opt_state = optimizer.update(...)   # llome_jax.train_optimizer
+    params, opt_state = optimizer.update(...)   # llome_jax.training.optimizer
 
 Reference log-probs are *data*: computed once per round with the frozen round-start parameters
-(``llome_jax.dataset_logprobs.compute_logprobs``) and stored in :class:`TrainBatch` (the
+(``llome_jax.training.dataset_logprobs.compute_logprobs``) and stored in :class:`TrainBatch` (the
 authors' code recomputed them every step: ``precompute_ref_log_probs=False``).
 
 Gradient accumulation is **exact**: MargE/REINFORCE normalise importance weights over the whole
@@ -48,7 +48,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from llome_jax import parallel
+from llome_jax.host import parallel
 from llome_jax.lm.logprobs import (
     max_target_count,
     sequence_logprobs,
@@ -56,10 +56,10 @@ from llome_jax.lm.logprobs import (
     window_logprobs,
 )
 from llome_jax.lm.logprobs import target_window as auto_target_window
-from llome_jax.loss_inputs import LossBatch, LossParams
-from llome_jax.loss_registry import LINEAR_IN_POLICY
-from llome_jax.losses import LossFn, weighted_mean
-from llome_jax.train_optimizer import (
+from llome_jax.training.loss_inputs import LossBatch, LossParams
+from llome_jax.training.loss_registry import LINEAR_IN_POLICY
+from llome_jax.training.losses import LossFn, weighted_mean
+from llome_jax.training.optimizer import (
     OptimizerConfig,
     make_optimizer,
     optimizer_with_schedule,

@@ -8,7 +8,7 @@ says ``LLOME_JAX_COMPILATION_CACHE=off``: jaxlib 0.10.2 has crashed (a segfault 
 suite turns it off, and a user who meets that crash can too.
 
 :func:`release_if_crowded` frees the compiled programs a process holds in memory when they come
-near the kernel's limit; the shared round driver (:mod:`llome_jax.runner`) calls it after every
+near the kernel's limit; the shared round driver (:mod:`llome_jax.run.runner`) calls it after every
 round. JAX keeps each program it compiled until its caches are cleared, each XLA:CPU executable
 holds several memory mappings (3-9 measured), and Linux allows ``vm.max_map_count`` (65,530 by
 default) per process: a test process crashed inside XLA's compiler at 65,414 mappings (a

@@ -1,6 +1,6 @@
 """Is a run directory whole? The checks a resume makes before it writes anything.
 
-A run directory (:mod:`llome_jax.rundir`) holds one run in four places that must agree:
+A run directory (:mod:`llome_jax.run.rundir`) holds one run in four places that must agree:
 ``config.json`` (the settings), ``rounds.jsonl`` (one record per round, in order),
 ``evaluated.csv`` (every paid label, in the order paid) and ``checkpoints/`` (the optimizer's
 state after a round). The round driver writes a round's labels, then its record, then its
@@ -269,7 +269,7 @@ def repair(directory: str | pathlib.Path) -> int | None:
       DamagedRunError: the damage has no safe way out (the message of the check)."""
     import shutil
 
-    from llome_jax.files import atomic_write_text
+    from llome_jax.run.files import atomic_write_text
 
     directory = pathlib.Path(directory)
     try:

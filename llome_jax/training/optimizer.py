@@ -4,7 +4,7 @@ LLOME appendix "LLM Training Details" and the authors' HF ``Trainer`` setup
 (``docs/design/losses.md``): :class:`OptimizerConfig` (static hyper-parameters),
 :func:`paper_optimizer` (the paper's settings for a loss), :func:`learning_rate_schedule` (HF
 ``get_linear_schedule_with_warmup``) and :func:`make_optimizer` (the optax transformation).
-Gradient clipping is not here: it lives in the train step (``llome_jax.train``), which also
+Gradient clipping is not here: it lives in the train step (``llome_jax.training.step``), which also
 takes the schedule's values at run time (:func:`schedule_from_values`,
 :func:`optimizer_with_schedule`, :func:`without_schedule`) so that phases differing only in
 ``lr``, warm-up or length share one compiled program.
@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from llome_jax.loss_registry import loss_spec
+from llome_jax.training.loss_registry import loss_spec
 
 __all__ = [
     "OptimizerConfig",

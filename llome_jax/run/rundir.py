@@ -10,7 +10,7 @@ A run directory holds
 * ``evaluated.csv`` — every labelled sequence: ``round,sequence,value`` (sequence as a quoted
   comma-separated list, value as a float with ``-inf`` for infeasible);
 * ``regret.png`` — minimum simple regret vs labels paid (``num_evaluations``), drawn by
-  :func:`llome_jax.plotting.plot_run`;
+  :func:`llome_jax.run.plotting.plot_run`;
 * ``checkpoints/`` — orbax checkpoints (written by the optimizer);
 * ``stopped.json`` — why the run ended when the next round could not run at all
   (:meth:`RunDirectory.log_stop`);
@@ -28,8 +28,8 @@ For an :class:`~llome_jax.objective.Objective` of your own, ``regret(x) = f* - f
 ``min_regret``/``mean_regret`` when that is unknown). With no known optimum ``min_regret`` and
 ``mean_regret`` are null and ``best_value`` (``max f`` so far, in every optimizer's records) is
 the progress measure; ``regret.png`` then plots the best value
-(:func:`llome_jax.plotting.plot_options`). Figures are drawn by :mod:`llome_jax.plotting`, what a
-run paid for is read by :mod:`llome_jax.label_audit`.
+(:func:`llome_jax.run.plotting.plot_options`). Figures are drawn by :mod:`llome_jax.run.plotting`, what a
+run paid for is read by :mod:`llome_jax.run.label_audit`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ from typing import Any
 
 import numpy as np
 
-from llome_jax import files, metrics, run_lock
+from llome_jax import metrics
+from llome_jax.run import files
+from llome_jax.run import lock as run_lock
 
 __all__ = [
     "ROUND_FIELDS",
@@ -235,13 +237,13 @@ class RunDirectory:
           mutable_keys: keys that may differ on resume.
           upgrade: turns a saved ``config.json`` written by an earlier version into today's form
             before the comparison (a plug-in's ``upgrade_config``: its migrations,
-            :mod:`llome_jax.migrations`), so that a run made before a setting existed resumes
+            :mod:`llome_jax.run.migrations`), so that a run made before a setting existed resumes
             with the value that reproduces its behaviour and refuses another one.
           lock: hold an exclusive lock on the directory until :meth:`release` (taken before the
             checks when the directory exists, so that a second process starting the same run
             is told it is in use; otherwise once it is made, before ``config.json`` is written).
           audit: on resume, first check that the round driver's files agree
-            (:func:`llome_jax.run_integrity.check_run_directory`; the round driver sets it).
+            (:func:`llome_jax.run.integrity.check_run_directory`; the round driver sets it).
 
         On resume, ``config.json`` never contradicts the data: an integer ``rounds`` is stored as
         the larger of the saved and the requested target, and a request below the rounds
@@ -254,7 +256,7 @@ class RunDirectory:
             unreadable ``config.json``, a path that is a file, or an existing run without
             ``resume``; nothing is written in that case.
           run_integrity.DamagedRunError: ``audit`` and ``resume`` on a directory whose files disagree
-            (:func:`llome_jax.run_integrity.check_run_directory`); nothing is written.
+            (:func:`llome_jax.run.integrity.check_run_directory`); nothing is written.
           NothingToDoError: a resume asking for fewer rounds than the directory holds; nothing
             is written.
           RunDirectoryInUseError: ``lock`` while another process holds the lock; nothing is written
@@ -269,7 +271,7 @@ class RunDirectory:
         try:
             config = _normalise(dict(config))
             if audit and resume and (directory / cls.CONFIG).is_file():
-                from llome_jax.run_integrity import audit_for_resume
+                from llome_jax.run.integrity import audit_for_resume
 
                 files.read_config(directory / cls.CONFIG)  # an unreadable one is named first
                 audit_for_resume(directory)  # damage refused before anything is written
@@ -369,7 +371,7 @@ class RunDirectory:
         return self.path / self.EVALUATED
 
     def config(self) -> dict[str, Any]:
-        """``config.json`` (:func:`~llome_jax.files.read_config`: a clear error naming the file
+        """``config.json`` (:func:`~llome_jax.run.files.read_config`: a clear error naming the file
         if unreadable)."""
         return files.read_config(self.path / self.CONFIG)
 
@@ -487,7 +489,7 @@ class RunDirectory:
             sequences = np.asarray([sequence_from_string(r[1]) for r in rows], np.int64)
             values = np.asarray([float(r[2]) for r in rows], np.float64)
         except (ValueError, IndexError):
-            from llome_jax.run_integrity import _read_rows
+            from llome_jax.run.integrity import _read_rows
 
             _read_rows(self.evaluated_path)  # names the first bad line
             raise

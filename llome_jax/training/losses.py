@@ -26,9 +26,9 @@ Biophysical Sequence Optimization Tasks", ICML 2025 ("LLOME"): §3.2 (FReKL/Marg
 reward), appendix "Derivations" and "LLM Training Details / Self-Normalization".
 DPO: Rafailov et al., "Direct Preference Optimization", NeurIPS 2023.
 
-The batch and hyper-parameter pytrees and the margin reward are :mod:`llome_jax.loss_inputs`;
+The batch and hyper-parameter pytrees and the margin reward are :mod:`llome_jax.training.loss_inputs`;
 the registry that names the losses (``LossSpec``, ``register_loss``) is
-:mod:`llome_jax.loss_registry`.
+:mod:`llome_jax.training.loss_registry`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Protocol
 import jax
 import jax.numpy as jnp
 
-from llome_jax.loss_inputs import LossBatch, LossParams
+from llome_jax.training.loss_inputs import LossBatch, LossParams
 from llome_jax.types import SeqLogProbs
 
 __all__ = [
@@ -178,7 +178,7 @@ def sft_loss(
     batch, the reference ``SFTTrainer``) for ``token_mean = 1``, and the mean per-sequence NLL
     ``-mean_i l_i / n_i`` for ``token_mean = 0``. The two coincide when all targets have the same
     length (always, in the f2 pipeline). ``reference`` is ignored. The loss is linear in
-    ``policy.sum_logp`` (see :data:`~llome_jax.loss_registry.LINEAR_IN_POLICY`).
+    ``policy.sum_logp`` (see :data:`~llome_jax.training.loss_registry.LINEAR_IN_POLICY`).
 
     Args:
       policy: ``SeqLogProbs`` ``[B]``.
@@ -237,7 +237,7 @@ def marge_loss(
       policy: ``SeqLogProbs`` ``[B]`` under pi_theta (differentiated).
       reference: ``SeqLogProbs`` ``[B]`` under the frozen pi_ref.
       batch: ``LossBatch`` ``[B]``: ``reward`` (e.g.
-        :func:`~llome_jax.loss_inputs.margin_reward`), ``weight``, ``group``.
+        :func:`~llome_jax.training.loss_inputs.margin_reward`), ``weight``, ``group``.
       hparams: ``beta``, ``kl_weight`` (lambda), ``target_weight`` (alpha), ``self_normalize``,
         ``stop_weight_gradient``.
 

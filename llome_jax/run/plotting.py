@@ -9,7 +9,7 @@
   the experiments).
 
 matplotlib is imported only when a figure is drawn. Curves come from
-:meth:`llome_jax.rundir.RunDirectory.regret_curve`.
+:meth:`llome_jax.run.rundir.RunDirectory.regret_curve`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from llome_jax.compare import method_label, problem_text
+from llome_jax.run.labels import method_label, problem_text
 
 __all__ = [
     "BANDS",
@@ -42,8 +42,8 @@ def plot_run(
     metric: str = "min_regret",
     ylim: tuple[float, float] | None = (-0.02, 1.02),
 ) -> pathlib.Path:
-    """Write ``regret.png`` of ``run_dir`` (a :class:`~llome_jax.rundir.RunDirectory`): its
-    :meth:`~llome_jax.rundir.RunDirectory.regret_curve` (min simple regret, or with
+    """Write ``regret.png`` of ``run_dir`` (a :class:`~llome_jax.run.rundir.RunDirectory`): its
+    :meth:`~llome_jax.run.rundir.RunDirectory.regret_curve` (min simple regret, or with
     ``metric="best_value"`` the best value, vs labels; ``ylim=None``: automatic).
 
     Legend and heading come from ``config.json`` whenever it names the optimizer, so every

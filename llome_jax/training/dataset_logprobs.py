@@ -3,7 +3,7 @@
 The train step's losses compare the policy with a frozen reference model. Its log-probs are
 *data*: :func:`compute_logprobs` scores every training sequence once per round with the frozen
 round-start parameters, in chunks of ``batch_size`` rows through one compiled forward pass (the
-train step's, ``llome_jax.train.forward_logprobs``), and the result goes into each
+train step's, ``llome_jax.training.step.forward_logprobs``), and the result goes into each
 ``TrainBatch`` (``reference=``). The authors' code recomputed them every step
 (``precompute_ref_log_probs=False``).
 """
@@ -18,8 +18,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
-from llome_jax import parallel
-from llome_jax.train import Params, checked_target_window, forward_logprobs, split_params
+from llome_jax.host import parallel
+from llome_jax.training.step import Params, checked_target_window, forward_logprobs, split_params
 from llome_jax.types import SeqLogProbs
 
 __all__ = ["compute_logprobs"]
@@ -54,9 +54,9 @@ def compute_logprobs(
     """Sequence log-probs of a whole dataset under fixed parameters (e.g. the round's reference).
 
     Run once per round with the frozen round-start parameters; store the result in each
-    ``llome_jax.train.TrainBatch`` (``reference=``). Chunks of ``batch_size`` rows go through one compiled
-    forward pass (the last chunk is padded by repeating rows, then trimmed), placed on ``mesh``
-    if given.
+    ``llome_jax.training.step.TrainBatch`` (``reference=``). Chunks of ``batch_size`` rows go
+    through one compiled forward pass (the last chunk is padded by repeating rows, then
+    trimmed), placed on ``mesh`` if given.
 
     Args:
       model: NNX model (graph structure; its own parameters are used when ``params`` is None).

@@ -3,7 +3,7 @@
 A spec says what a LLOME round trains the loss on, with which optimizer, and how the loop's
 settings reach its hyper-parameters; configs, schedules and the CLI accept every registered name
 (BUILD.md §3.6, and §4 "A loss"). Importing this module registers the paper's four
-losses (:mod:`llome_jax.losses`) with their default hyper-parameters.
+losses (:mod:`llome_jax.training.losses`) with their default hyper-parameters.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from llome_jax.loss_inputs import LossParams
-from llome_jax.losses import LossFn, dpo_loss, marge_loss, reinforce_loss, sft_loss
+from llome_jax.training.loss_inputs import LossParams
+from llome_jax.training.losses import LossFn, dpo_loss, marge_loss, reinforce_loss, sft_loss
 
 __all__ = [
     "DEFAULT_PARAMS",
@@ -35,7 +35,7 @@ class LossSpec:
 
     Attributes:
       name: the name configs and ``--schedule`` use.
-      fn: the loss function (the signature of :class:`~llome_jax.losses.LossFn`).
+      fn: the loss function (the signature of :class:`~llome_jax.training.losses.LossFn`).
       params: its default :class:`LossParams` (paper / reference values).
       data: what a LLOME round trains it on: ``"pairs"`` (PropEn pairs, a unit is a sequence)
         or ``"triples"`` (preference triples, a unit is a chosen/rejected pair; LLOME's

@@ -3,7 +3,7 @@
 
 ``LossBatch`` holds per-unit data (reward, weight, self-normalisation group; a unit is a sequence
 or a DPO pair), ``LossParams`` every numeric hyper-parameter of every loss as floats, so a sweep
-never recompiles (BUILD.md §3.6). The losses themselves are :mod:`llome_jax.losses`.
+never recompiles (BUILD.md §3.6). The losses themselves are :mod:`llome_jax.training.losses`.
 
 Paper: Chen, Stanton et al., ICML 2025 ("LLOME"), §3.3 (margin reward), appendix "LLM Training
 Details / Self-Normalization".
@@ -121,7 +121,7 @@ class LossParams:
     """Numeric hyper-parameters shared by all losses (a pytree: new values never recompile).
 
     0/1 "switches" are floats and act by exact blending (``s * a + (1 - s) * b``), so they too
-    can be swept or vmapped. Use :func:`~llome_jax.loss_registry.default_params` for each loss's
+    can be swept or vmapped. Use :func:`~llome_jax.training.loss_registry.default_params` for each loss's
     paper/reference defaults.
 
     Attributes:

@@ -13,7 +13,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from llome_jax.rundir import RunDirectory
+from llome_jax.run.rundir import RunDirectory
 
 __all__ = ["LabelAudit", "label_audit", "label_audit_summary"]
 

@@ -16,8 +16,8 @@ spirit of evosax's ``init``/``ask``/``tell`` but per round of labels:
 (``config.json``, ``rounds.jsonl``, ``evaluated.csv``, ``regret.png``, ``checkpoints/``), resume
 with rollback, one checkpoint per round, the per-round ``seconds``, progress lines, the plot and
 the stop conditions (each round record's ``stop_reason``: why the run ends after it, ``""``
-to go on), and the run's provenance in ``config.json`` (``llome_jax.provenance``, one
-entry per invocation), and the metrics trackers (``llome_jax.tracking``: TensorBoard, W&B), which
+to go on), and the run's provenance in ``config.json`` (``llome_jax.run.provenance``, one
+entry per invocation), and the metrics trackers (``llome_jax.run.tracking``: TensorBoard, W&B), which
 get every record this call writes and are finished however the call ends. Order per round:
 compute, append the labelled sequences and the round record (then the trackers get it), then
 checkpoint; a resume rolls the logs back to the newest readable checkpoint and recomputes the rest
@@ -244,7 +244,7 @@ def run(
         labels only what is left (``Oracle.affordable``), or earlier at ``rounds`` rounds or a
         stop reason. A resume may raise it (it is stored as the larger of the saved and the
         requested budget).
-      trackers: metrics sinks (``llome_jax.tracking.Tracker``): ``start(config, run_dir,
+      trackers: metrics sinks (``llome_jax.run.tracking.Tracker``): ``start(config, run_dir,
         history)`` once the directory is set up (``history``: the records a resume keeps, which
         are not sent again), ``log_round(record)`` with every record this call writes (round 0
         included) as ``rounds.jsonl`` holds it, and ``finish(error)`` at the end, also when a
@@ -259,8 +259,8 @@ def run(
       run_lock.RunDirectoryInUseError: another process is running in ``out`` (it holds the directory's
         lock); nothing is written then.
     """
-    from llome_jax.provenance import provenance
-    from llome_jax.rundir import RunDirectory
+    from llome_jax.run.provenance import provenance
+    from llome_jax.run.rundir import RunDirectory
 
     if budget is not None and (
         isinstance(budget, bool) or not isinstance(budget, int) or budget < 1
@@ -274,8 +274,8 @@ def run(
     # one provenance entry per invocation: a resume appends it to the saved ones (never compared)
     config["provenance"] = [provenance()]
     if repair and resume and pathlib.Path(out, "config.json").is_file():
-        from llome_jax.run_integrity import repair as roll_back
-        from llome_jax.run_lock import acquire_lock
+        from llome_jax.run.integrity import repair as roll_back
+        from llome_jax.run.lock import acquire_lock
 
         handle = acquire_lock(pathlib.Path(out))  # nobody else writes while it is cut
         try:
@@ -312,8 +312,8 @@ def _run_rounds(
     bars: bool = True,
 ) -> RunResult[State]:
     """The body of :func:`run` once ``run_dir`` is open and locked."""
-    from llome_jax.checkpoint import CheckpointManager
-    from llome_jax.rundir import _normalise
+    from llome_jax.run.checkpoint import CheckpointManager
+    from llome_jax.run.rundir import _normalise
 
     records: list[dict[str, Any]] = []
 
@@ -489,9 +489,9 @@ def _run_line(
 
 def _release_if_crowded(log: Callable[[str], None] | None) -> None:
     """After a round: free this process's compiled programs when their memory mappings near the
-    kernel's limit (:func:`llome_jax.compile_cache.release_if_crowded`); the next round compiles
+    kernel's limit (:func:`llome_jax.host.compile_cache.release_if_crowded`); the next round compiles
     what it needs again."""
-    from llome_jax import compile_cache
+    from llome_jax.host import compile_cache
 
     held = compile_cache.release_if_crowded()
     if held is not None and log is not None:

@@ -1,12 +1,12 @@
 """The half of a round-driver plug-in that every optimizer shares (:class:`RoundOptimizerBase`).
 
-:class:`llome_jax.runner.RoundOptimizer` is the protocol the round driver runs; an optimizer's
+:class:`llome_jax.run.runner.RoundOptimizer` is the protocol the round driver runs; an optimizer's
 own algorithm is its ``init`` (round 0), ``round``, ``save``/``restore``, ``round_index``,
 ``stop_reason`` and log lines. What is the same for the GA, LLOME and LaMBO-2 lives here once, as
 evosax's base class holds the machinery its strategies share: the run seed, the objective
 (checked, or the Ehrlich function ``cfg.function``), the run's :class:`~llome_jax.oracle.Oracle`,
 ``config.json``'s configuration (with its ``config_version``), the migrations of older ones
-(:mod:`llome_jax.migrations`), the number of rounds and ``regret.png``.
+(:mod:`llome_jax.run.migrations`), the number of rounds and ``regret.png``.
 
 A plug-in subclasses it, sets ``name`` and ``migrations``, calls ``super().__init__(cfg,
 objective, custom_objective=...)`` with the objective it checked (:meth:`checked_objective`),
@@ -17,20 +17,20 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from llome_jax.migrations import CONFIG_VERSION, Migration, migrate
 from llome_jax.objective import Objective, ehrlich_objective, objective_config
 from llome_jax.oracle import Oracle
+from llome_jax.run.migrations import CONFIG_VERSION, Migration, migrate
 
 __all__ = ["RoundOptimizerBase"]
 
 
 class RoundOptimizerBase:
-    """Shared state and methods of a :class:`~llome_jax.runner.RoundOptimizer`.
+    """Shared state and methods of a :class:`~llome_jax.run.runner.RoundOptimizer`.
 
     Attributes:
       name: ``config.json``'s ``"optimizer"`` (class attribute).
       migrations: the optimizer's ordered migrations of an older ``config.json`` (class
-        attribute; :mod:`llome_jax.migrations`); their number is the configuration's version.
+        attribute; :mod:`llome_jax.run.migrations`); their number is the configuration's version.
       cfg: the configuration (a frozen dataclass with ``seed``, ``rounds``, ``accounting``,
         ``constraint_queries``, ``function`` and ``to_dict()``).
       seed: the run seed (``cfg.seed``): round 0 gets ``jax.random.key(seed)``.
@@ -97,7 +97,7 @@ class RoundOptimizerBase:
     @classmethod
     def upgrade_config(cls, saved: dict[str, Any]) -> dict[str, Any]:
         """A saved ``config.json`` in today's form: :attr:`migrations` from its
-        ``config_version`` on (:func:`llome_jax.migrations.migrate`). Also the command line's
+        ``config_version`` on (:func:`llome_jax.run.migrations.migrate`). Also the command line's
         reading of a run to resume (``commands._common.apply_settings``)."""
         return migrate(saved, cls.migrations)
 
@@ -106,8 +106,8 @@ class RoundOptimizerBase:
         return self.cfg.rounds
 
     def plot(self, run_dir: Any) -> None:
-        """Redraw ``regret.png`` (:func:`llome_jax.plotting.plot_run`; legend and heading come
+        """Redraw ``regret.png`` (:func:`llome_jax.run.plotting.plot_run`; legend and heading come
         from ``config.json``, as ``llome-jax compare`` names the run)."""
-        from llome_jax.plotting import plot_options, plot_run
+        from llome_jax.run.plotting import plot_options, plot_run
 
         plot_run(run_dir, log_x=False, **plot_options(self.objective))

@@ -20,7 +20,7 @@ The API follows evosax: ``init(key, initial_solution, config, num_states, initia
 (generation 0: the initial mutated copies); ``tell(population, values, state)`` -> ``GAState``.
 This module holds the per-generation pieces (config, state, the operators, ``ask``/``tell`` and
 the unique-row counts) and imports only jax and numpy; whole runs of many generations
-(``run``, ``start``/``advance``, ``run_archive``) are :mod:`llome_jax.ga_loop`.
+(``run``, ``start``/``advance``, ``run_archive``) are :mod:`llome_jax.ga.loop`.
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-
-from llome_jax.moved import moved_names
 
 __all__ = [
     "GAConfig",
@@ -374,10 +372,3 @@ def approx_count_unique_rows(rows: jax.Array) -> jax.Array:
     """
     hashes = jnp.sort(_row_hash(rows))
     return 1 + jnp.sum((hashes[1:] != hashes[:-1]).astype(jnp.int32))
-
-
-#: Whole runs moved to :mod:`llome_jax.ga_loop`; the old names still import (and warn once).
-__getattr__ = moved_names(
-    __name__,
-    {name: "llome_jax.ga_loop" for name in ("run", "start", "advance", "run_archive")},
-)

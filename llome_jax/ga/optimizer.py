@@ -51,14 +51,15 @@ from typing import Any
 import jax
 import numpy as np
 
-from llome_jax import configs, ga, ga_loop
+from llome_jax import configs, ga
+from llome_jax.ga import loop as ga_loop
 from llome_jax.metrics import frac_unique, regret, round_metrics
-from llome_jax.migrations import GA_MIGRATIONS
 from llome_jax.objective import Objective
 from llome_jax.optimizers.base import AskTellOptimizer, LabelledData, first_unlabelled
 from llome_jax.oracle import check_contract_settings
-from llome_jax.runner import RunResult, progress_text
-from llome_jax.runner import run as run_rounds
+from llome_jax.run.migrations import GA_MIGRATIONS
+from llome_jax.run.runner import RunResult, progress_text
+from llome_jax.run.runner import run as run_rounds
 
 __all__ = [
     "MAX_GENERATIONS_PER_ROUND",
@@ -186,6 +187,21 @@ class GeneticAlgorithm(AskTellOptimizer):
     asks_until_paid = True
     ask_unit = "generations"
 
+    @classmethod
+    def test_config(cls, **overrides: Any) -> GARunConfig:
+        """The contract tests' configuration: ``Ehr(8,8)-2-2-2`` instance 1, 2 rounds of one
+        generation of 32 particles after a 3-generation round 0."""
+        small = GARunConfig(
+            function="Ehr(8,8)-2-2-2",
+            instance_seed=1,
+            seed=0,
+            rounds=2,
+            initial_generations=3,
+            generations_per_round=1,
+            ga=ga.GAConfig(num_particles=32, mutation_prob=0.05),
+        )
+        return small.replace(**overrides)
+
     @property
     def display_name(self) -> str:
         return "the GA"
@@ -308,7 +324,7 @@ def run(
     objective: Objective | None = None,
     **options: Any,
 ) -> RunResult[Any]:
-    """Run (or resume) the GA into the run directory ``out``: :func:`llome_jax.runner.run` (its
+    """Run (or resume) the GA into the run directory ``out``: :func:`llome_jax.run.runner.run` (its
     ``options``: ``resume``, ``progress``, ``max_rounds_this_call``, ``log``, ``extra_config``,
     ``trackers``) with the :class:`GeneticAlgorithm` plug-in, on ``objective`` if given (else
     ``cfg.function``).
@@ -365,7 +381,7 @@ def run_seeds(
 ) -> dict[str, Any]:
     """Run :class:`GASeedsConfig` into the new run directory ``out``: ``config.json``, then
     ``trace.csv`` (:data:`TRACE_HEADER`), ``summary.json`` and ``regret.png``, all written by
-    :class:`~llome_jax.rundir.RunDirectory`. ``progress(generations_done, best_value)`` is
+    :class:`~llome_jax.run.rundir.RunDirectory`. ``progress(generations_done, best_value)`` is
     called after each segment. Returns the summary.
 
     Generations to the optimum are counted as ours: ``g`` = the 1-based generation whose
@@ -378,9 +394,9 @@ def run_seeds(
         written then.
     """
     from llome_jax import ehrlich
-    from llome_jax.plotting import plot_regret_curves
     from llome_jax.rough_mt_fuji import is_rmf_name
-    from llome_jax.rundir import RunDirectory
+    from llome_jax.run.plotting import plot_regret_curves
+    from llome_jax.run.rundir import RunDirectory
 
     if is_rmf_name(cfg.function):
         raise ValueError(
