@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from llome_jax.run.labels import method_label, problem_text
+from llome_jax.run.rundir import RunDirectory
 from llome_jax.stats import bootstrap_interval
 
 __all__ = [
@@ -160,8 +161,6 @@ def load_runs(arguments: Sequence[str], *, allow_mixed: bool = False) -> list[Ru
     Each curve is :meth:`RunDirectory.regret_curve` (``rounds.jsonl``, or ``evaluated.csv``
     where rounds lack the fields).
     """
-    from llome_jax.run.rundir import RunDirectory
-
     entries = _expand(arguments)
     if not entries:
         raise ValueError("give at least one run directory.")

@@ -15,6 +15,12 @@ work alike for GA, LLOME and LaMBO-2:
   read as JSON when it parses, else kept as a string).
 * :func:`flatten` / :func:`merge`: layers of overrides (a preset, a saved run, ``--config``, the
   command's flags, ``--set``) merged setting by setting, later layers winning.
+* :func:`upgrade_keys`: the old names of renamed settings (a configuration class's
+  ``RENAMED_SETTINGS``, old dotted key -> today's) spelled as today's, with a one-line note on
+  stderr; :func:`override` and :func:`flatten` apply it, so presets, ``--config`` files and
+  ``--set`` accept an old name as its new one. ``DERIVED_SETTINGS`` names nested settings that
+  are copies of another setting (LLOME's ``filter.num_selected`` of ``labels_per_round``): not
+  written by :func:`to_dict`, not listed by :func:`leaf_keys`, and a renamed key on input.
 
 A *preset* is a nested dict of overrides applied to the defaults (``PRESETS`` in
 ``llome_jax.llome.presets`` and ``llome_jax.lambo2.optimizer``).
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import types
 import typing
 from collections.abc import Mapping
@@ -41,6 +48,7 @@ __all__ = [
     "parse_assignment",
     "settings_of_record",
     "to_dict",
+    "upgrade_keys",
 ]
 
 C = TypeVar("C")
@@ -113,15 +121,90 @@ def leaf_keys(config: Any, prefix: str = "") -> list[str]:
     if isinstance(config, type):
         config = config()
     keys: list[str] = []
+    derived = set(derived_settings(config))
     for field in dataclasses.fields(config):
         if not field.init:
             continue
         value = getattr(config, field.name)
         if dataclasses.is_dataclass(value):
-            keys.extend(leaf_keys(value, f"{prefix}{field.name}."))
+            keys.extend(
+                f"{prefix}{field.name}.{key}"
+                for key in leaf_keys(value)
+                if f"{field.name}.{key}" not in derived
+            )
         else:
             keys.append(prefix + field.name)
     return keys
+
+
+# --------------------------------------------------------------------------------------------
+# Renamed and derived settings
+# --------------------------------------------------------------------------------------------
+def renamed_settings(config: Any) -> Mapping[str, str]:
+    """``config``'s (a configuration or its class) old setting names -> today's dotted keys
+    (its class's ``RENAMED_SETTINGS``; empty when it has none)."""
+    return getattr(config, "RENAMED_SETTINGS", None) or {}
+
+
+def derived_settings(config: Any) -> tuple[str, ...]:
+    """``config``'s nested settings that copy another one (its class's ``DERIVED_SETTINGS``):
+    never written, never listed, set through the setting they copy."""
+    return tuple(getattr(config, "DERIVED_SETTINGS", None) or ())
+
+
+#: (old, new) names already noted in this process (the note is printed once each)
+_NOTED: set[tuple[str, str]] = set()
+
+
+def _note_renamed(old: str, new: str) -> None:
+    if (old, new) not in _NOTED:
+        _NOTED.add((old, new))
+        print(
+            f"note: setting {old!r} is now {new!r} (the old name still works; use the new one)",
+            file=sys.stderr,
+        )
+
+
+def _rename(key: str, renames: Mapping[str, str]) -> str | None:
+    """``key`` with its longest old prefix in ``renames`` replaced, or ``None``."""
+    for old in sorted(renames, key=len, reverse=True):
+        if key == old or key.startswith(old + "."):
+            return renames[old] + key[len(old) :]
+    return None
+
+
+def upgrade_keys(config: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``overrides`` (dotted keys and/or nested dicts) with every old name of
+    :func:`renamed_settings` spelled as today's (a one-line note on stderr, once per name); a
+    nested dict that holds an old name is spelled as dotted keys. Other keys are kept as they
+    are, in order.
+
+    Example:
+      >>> from llome_jax.ga.optimizer import GARunConfig
+      >>> upgrade_keys(GARunConfig, {"ga": {"num_particles": 64}, "initial_generations": 3})
+      {'round0_ga': {'num_particles': 64}, 'round0_generations': 3}
+    """
+    renames = renamed_settings(config)
+    if not renames:
+        return dict(overrides)
+    out: dict[str, Any] = {}
+
+    def visit(key: str, value: Any) -> None:
+        holds_old = any(old == key or old.startswith(key + ".") for old in renames)
+        if isinstance(value, Mapping) and holds_old and key not in renames:
+            for sub, v in value.items():
+                visit(f"{key}.{sub}", v)
+            return
+        new = _rename(key, renames)
+        if new is None:
+            out[key] = value
+            return
+        _note_renamed(key, new)
+        out[new] = value
+
+    for key, value in overrides.items():
+        visit(str(key), value)
+    return out
 
 
 def _changes_tree(config: Any, overrides: Mapping[str, Any], prefix: str) -> dict[str, Any]:
@@ -211,7 +294,7 @@ def override(config: C, overrides: Mapping[str, Any] | None = None, **more: Any)
       ValueError: an unknown key (the message lists the valid ones), a value of the wrong type,
         or a combination the dataclass rejects.
     """
-    merged = {**dict(overrides or {}), **more}
+    merged = upgrade_keys(config, {**dict(overrides or {}), **more})
     return _apply(config, _changes_tree(config, merged, ""), "")
 
 
@@ -258,6 +341,8 @@ def flatten(config: Any, overrides: Mapping[str, Any], prefix: str = "") -> dict
       {'inner.rate': 0.5}
     """
     flat: dict[str, Any] = {}
+    if not prefix:
+        overrides = upgrade_keys(config, overrides)
     for key, value in overrides.items():
         path = f"{prefix}{key}"
         if isinstance(value, Mapping) and _group(config, path) is not None:
@@ -278,8 +363,17 @@ def merge(config: Any, *layers: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def to_dict(config: Any) -> dict[str, Any]:
-    """Nested JSON-friendly dict of ``config`` (tuples as lists)."""
-    return _plain(config)
+    """Nested JSON-friendly dict of ``config`` (tuples as lists; without its
+    :func:`derived_settings`)."""
+    out = _plain(config)
+    for dotted in derived_settings(config):
+        *groups, name = dotted.split(".")
+        section = out
+        for group in groups:
+            section = section.get(group, {})
+        if isinstance(section, dict):
+            section.pop(name, None)
+    return out
 
 
 def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
@@ -409,8 +503,10 @@ def layered(
 
     Example:
       >>> from llome_jax.ga.optimizer import GARunConfig
-      >>> cfg, _ = layered(GARunConfig(), flags={"rounds": 3}, assignments=["ga.num_particles=64"])
-      >>> cfg.rounds, cfg.ga.num_particles
+      >>> cfg, _ = layered(
+      ...     GARunConfig(), flags={"rounds": 3}, assignments=["round0_ga.num_particles=64"]
+      ... )
+      >>> cfg.rounds, cfg.round0_ga.num_particles
       (3, 64)
     """
     skipped = (*NOT_SETTINGS, *not_settings)
@@ -426,7 +522,9 @@ def layered(
             raise ValueError(
                 f"--config {file} holds a {made_for!r} configuration, not {optimizer!r}"
             )
-        if "provenance" in loaded:  # a run's config.json
+        if "provenance" in loaded:  # a run's config.json, read through its migrations
+            if upgrade is not None:
+                loaded = upgrade(loaded)
             from_file = settings_of_record(loaded, config, skipped)
         else:  # a hand-written file: an unknown key is an error (a typo)
             from_file = {k: v for k, v in loaded.items() if k not in skipped}

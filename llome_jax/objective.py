@@ -58,6 +58,11 @@ from typing import Any
 import jax
 import numpy as np
 
+from llome_jax import ehrlich
+from llome_jax import rough_mt_fuji as rmf
+from llome_jax.ehrlich.instances import function_digest, instance_digest
+from llome_jax.rough_mt_fuji.instances import is_rmf_name
+
 __all__ = [
     "Objective",
     "as_objective",
@@ -180,8 +185,6 @@ class Objective:
             stationary law (key ``fold_in(key(0), 0x1A1)``, as for instance files).
           name: defaults to the paper name of the configuration, e.g. ``"Ehr(32,32)-4-4-4"``.
         """
-        from llome_jax import ehrlich
-
         if not isinstance(fn, ehrlich.Ehrlich):
             raise ValueError(f"from_ehrlich needs an ehrlich.Ehrlich; got {type(fn).__name__}.")
         return cls(
@@ -205,8 +208,6 @@ class Objective:
         if self.initial_solution is not None:
             return self.initial_solution
         if self.ehrlich is not None:
-            from llome_jax import ehrlich
-
             key = jax.random.fold_in(jax.random.key(0), 0x1A1)
             x0 = np.asarray(ehrlich.initial_solution(key, self.ehrlich, 1)[0], np.int32)
         else:
@@ -361,8 +362,6 @@ def rmf_objective(spec: str, instance_seed: int | None = None) -> Objective:
     :func:`llome_jax.rough_mt_fuji.resolve_initial_solution`, ``optimal_value = f*``,
     ``worst_value = min f``. One object per spec and seed (jitted optimizer code compiles once
     per objective object)."""
-    from llome_jax import rough_mt_fuji as rmf
-
     fn = rmf.resolve_function(spec, instance_seed)
     return Objective(
         name=fn.config.name,
@@ -380,9 +379,6 @@ def ehrlich_objective(function: str, instance_seed: int | None = None) -> Object
     """The objective of a CLI function spec (``cfg.function``): ``ehrlich.resolve_function``
     with its start sequence ``ehrlich.resolve_initial_solution``, named ``function``; a Rough
     Mt. Fuji name gives :func:`rmf_objective`."""
-    from llome_jax import ehrlich
-    from llome_jax.rough_mt_fuji.instances import is_rmf_name
-
     if is_rmf_name(function):
         return rmf_objective(function, instance_seed)
 
@@ -406,8 +402,6 @@ def objective_config(config: dict[str, Any], objective: Objective | None) -> dic
     if objective is None:
         if config.get("function") is None:
             return config
-        from llome_jax.ehrlich.instances import function_digest
-
         digest = function_digest(config["function"], config.get("instance_seed"))
         return {**config, "function_digest": digest}
     rest = {k: v for k, v in config.items() if k not in ("function", "instance_seed")}
@@ -428,8 +422,6 @@ def _objective_digest(objective: Objective) -> str | None:
     import hashlib
 
     if objective.is_ehrlich:
-        from llome_jax.ehrlich.instances import instance_digest
-
         return instance_digest(objective.ehrlich, objective.x0)
     if not objective.source or ":" not in objective.source:
         return None
@@ -473,8 +465,6 @@ def feasible(fn: Any, x: Any) -> np.ndarray:
     :class:`Objective` (``is_feasible``, all true without one): bool ``[n]`` NumPy."""
     if isinstance(fn, Objective):
         return fn.feasible(x)
-    from llome_jax import ehrlich
-
     return np.asarray(ehrlich.is_feasible(fn, x)).astype(bool)
 
 

@@ -105,9 +105,9 @@ GA_CFG = GARunConfig(
     instance_seed=1,
     seed=3,
     rounds=50,
-    initial_generations=2,
+    round0_generations=2,
     generations_per_round=1,
-    ga=ga.GAConfig(num_particles=200, mutation_prob=0.1),
+    round0_ga=ga.GAConfig(num_particles=200, mutation_prob=0.1),
 )
 LLOME_CFG = presets.preset("smoke", rounds=5, model_overrides=(("num_hidden_layers", 2),))
 LAMBO_CFG = lambo2.preset(
@@ -115,9 +115,8 @@ LAMBO_CFG = lambo2.preset(
     function="Ehr(8,8)-2-2-2",
     instance_seed=1,
     rounds=5,
-    num_samples=16,
-    ga_particles=200,
-    ga_mutation_prob=0.1,
+    labels_per_round=16,
+    round0_ga={"num_particles": 200, "mutation_prob": 0.1},
     model_overrides=(("ensemble_size", 1), ("num_blocks", 1)),
     **{"train.epochs": 1, "design.num_steps": 1, "design.guidance_updates": 1},
 )
@@ -139,11 +138,8 @@ def _run(kind: str, out: pathlib.Path, **options) -> None:
 def test_the_shared_configurations_start_from_one_round0() -> None:
     """The test's three configurations agree on what round 0 is (seed, n0, the GA)."""
     assert LLOME_CFG.seed == LAMBO_CFG.seed == 0 != GA_CFG.seed
-    assert LLOME_CFG.ga_generations == LAMBO_CFG.ga_generations == GA_CFG.initial_generations
-    assert LLOME_CFG.ga == ga.GAConfig(
-        num_particles=LAMBO_CFG.ga_particles, mutation_prob=LAMBO_CFG.ga_mutation_prob
-    )
-    assert LLOME_CFG.ga == GA_CFG.ga
+    assert LLOME_CFG.round0_generations == LAMBO_CFG.round0_generations == GA_CFG.round0_generations
+    assert LLOME_CFG.round0_ga == LAMBO_CFG.round0_ga == GA_CFG.round0_ga
 
 
 @pytest.mark.slow
@@ -310,9 +306,9 @@ def test_a_ga_round_cut_at_its_labels_stops_at_the_optimum_it_labelled(
         instance_seed=1,
         seed=0,
         rounds=3,
-        initial_generations=2,
+        round0_generations=2,
         labels_per_round=32,
-        ga=ga.GAConfig(num_particles=200, mutation_prob=0.1),
+        round0_ga=ga.GAConfig(num_particles=200, mutation_prob=0.1),
     )
     result = ga_run(cfg, tmp_path / "run", progress=False)
     records = _records(tmp_path / "run")

@@ -343,8 +343,8 @@ def test_flag_defaults_are_documented_but_do_not_override(capsys: pytest.Capture
     printed configuration of a bare command is the documented default one."""
     assert cli.main(["ga", "--rounds", "2", "--print-config"]) == 0
     shown = json.loads(capsys.readouterr().out)
-    assert shown["seed"] == 0 and shown["ga"]["num_particles"] == 1000
-    assert (shown["initial_generations"], shown["generations_per_round"]) == (10, 2)
+    assert shown["seed"] == 0 and shown["round0_ga"]["num_particles"] == 1000
+    assert (shown["round0_generations"], shown["generations_per_round"]) == (10, 2)
     assert cli.main(["llome", "--print-config"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["preset"] == "cpu" and shown["schedule"] == "sft:1,marge:1"

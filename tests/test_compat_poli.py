@@ -99,7 +99,7 @@ def test_every_label_of_an_optimizer_is_one_black_box_call(fn, tmp_path: pathlib
     black_box = EhrlichBlackBox(fn)
     objective = objective_from_black_box(black_box, optimal_value=1.0, worst_value=0.0)
     cfg = ga_optimizer.GARunConfig().replace(
-        rounds=1, initial_generations=2, generations_per_round=1, ga={"num_particles": 32}
+        rounds=1, round0_generations=2, generations_per_round=1, round0_ga={"num_particles": 32}
     )
     result = ga_optimizer.run(cfg, tmp_path / "ga", objective=objective, progress=False)
     rounds, x, y = rundir.RunDirectory(result.path).evaluated()

@@ -87,11 +87,10 @@ def test_llome_config_round_trips_through_its_dict(name):
 
 def test_llome_flat_names_are_aliases_of_the_nested_keys():
     for flat, dotted in FLAT_KEYS.items():
-        group, _, field = dotted.partition(".")
-        default = getattr(getattr(LoopConfig(), group), field)
+        default = _get(LoopConfig(), dotted)
         value = _another_value(flat, default)
         by_flat = LoopConfig().replace(**{flat: value})
-        assert getattr(getattr(by_flat, group), field) == value, flat
+        assert _get(by_flat, dotted) == value, flat
         assert by_flat == LoopConfig().replace(**{dotted: value}), flat
     reference = LoopConfig().replace(filter_rule="reference", num_selected=7)
     assert reference.filter == FilterConfig.reference(7)
@@ -99,6 +98,67 @@ def test_llome_flat_names_are_aliases_of_the_nested_keys():
     mixed = LoopConfig().replace(filter_rule="reference", **{"filter.deduplicate": False})
     assert mixed.filter == FilterConfig.reference(2000, deduplicate=False)
     assert LoopConfig().replace(schedule="sft:2,dpo:1").schedule == (("sft", 2), ("dpo", 1))
+
+
+def _get(config, dotted: str):
+    for name in dotted.split("."):
+        config = getattr(config, name)
+    return config
+
+
+@pytest.mark.parametrize(
+    ("make", "old", "new", "value"),
+    [
+        (GARunConfig, "initial_generations", "round0_generations", 4),
+        (GARunConfig, "ga.num_particles", "round0_ga.num_particles", 64),
+        (LoopConfig, "ga_generations", "round0_generations", 4),
+        (LoopConfig, "ga.mutation_prob", "round0_ga.mutation_prob", 0.05),
+        (LoopConfig, "filter.num_selected", "labels_per_round", 64),
+        (LoopConfig, "num_selected", "labels_per_round", 64),
+        (lambo2.Lambo2Config, "num_samples", "labels_per_round", 64),
+        (lambo2.Lambo2Config, "ga_generations", "round0_generations", 4),
+        (lambo2.Lambo2Config, "ga_particles", "round0_ga.num_particles", 64),
+        (lambo2.Lambo2Config, "ga_mutation_prob", "round0_ga.mutation_prob", 0.05),
+    ],
+)
+def test_the_old_names_of_the_shared_settings_set_the_new_ones(make, old, new, value):
+    """One name per shared setting (``BenchmarkSettings``): an old one, dotted or nested, sets
+    the new one; only the new one is written."""
+    by_old = make().replace(**{old: value})
+    assert by_old == make().replace(**{new: value}) and _get(by_old, new) == value
+    group, _, leaf = old.rpartition(".")
+    if group:
+        assert make().replace(**{group: {leaf: value}}) == by_old
+    written = json.dumps(by_old.to_dict())
+    if leaf not in new:
+        assert f'"{leaf}"' not in written
+    assert make().replace(**json.loads(written)) == by_old
+
+
+def test_the_shared_settings_are_one_field_of_every_optimizer():
+    from llome_jax.optimizers.base import BenchmarkSettings
+
+    shared = [f.name for f in dataclasses.fields(BenchmarkSettings)]
+    for cls in (GARunConfig, LoopConfig, lambo2.Lambo2Config):
+        assert issubclass(cls, BenchmarkSettings)
+        assert [f.name for f in dataclasses.fields(cls)][: len(shared)] == shared
+    # LLOME's Filter reads j from labels_per_round (derived, never written nor listed)
+    cfg = LoopConfig().replace(labels_per_round=48)
+    assert cfg.filter.num_selected == 48 and "num_selected" not in cfg.to_dict()["filter"]
+    assert "filter.num_selected" not in configs.leaf_keys(LoopConfig)
+
+
+def test_an_old_name_on_the_command_line_is_accepted_with_a_note(capsys):
+    shown = _printed(
+        capsys, ["ga", "--rounds", "2", "--print-config", "--set", "initial_generations=5"]
+    )
+    assert shown["round0_generations"] == 5 and "initial_generations" not in shown
+    lam = _printed(capsys, ["lambo2", "--preset", "smoke", "--print-config", "--num-samples", "8"])
+    assert lam["labels_per_round"] == 8 and "num_samples" not in lam
+    llome = _printed(
+        capsys, ["llome", "--preset", "smoke", "--print-config", "--num-selected", "9"]
+    )
+    assert llome["labels_per_round"] == 9 and "num_selected" not in llome["filter"]
 
 
 def _another_value(name: str, default):
@@ -137,8 +197,8 @@ def test_presets_are_one_format_for_llome_and_lambo2():
     )
     with pytest.raises(ValueError, match=r"unknown setting 'train\.epoch'"):
         lambo2.preset("smoke", **{"train.epoch": 3})
-    ga_cfg = GARunConfig().replace(**{"ga.num_particles": 50})
-    assert ga_cfg.ga == GAConfig(num_particles=50)
+    ga_cfg = GARunConfig().replace(**{"round0_ga.num_particles": 50})
+    assert ga_cfg.round0_ga == GAConfig(num_particles=50)
     assert configs.from_dict(GARunConfig, json.loads(json.dumps(ga_cfg.to_dict()))) == ga_cfg
 
 
@@ -168,9 +228,9 @@ def test_cli_set_and_config_reach_every_setting(tmp_path, capsys):
     )
     assert lam["train"]["learning_rate"] == 0.01
     ga = _printed(
-        capsys, ["ga", "--rounds", "2", "--print-config", "--set", "ga.mutation_prob=0.01"]
+        capsys, ["ga", "--rounds", "2", "--print-config", "--set", "round0_ga.mutation_prob=0.01"]
     )
-    assert ga["ga"]["mutation_prob"] == 0.01 and ga["optimizer"] == "ga"
+    assert ga["round0_ga"]["mutation_prob"] == 0.01 and ga["optimizer"] == "ga"
 
 
 @pytest.mark.parametrize(
@@ -180,7 +240,7 @@ def test_cli_set_and_config_reach_every_setting(tmp_path, capsys):
         (["llome", "--set", "finetune.epochs=many"], "'finetune.epochs' must be int"),
         (["llome", "--set", "epochs"], "KEY=VALUE"),
         (["llome", "--config", "missing.json"], "no such file"),
-        (["ga", "--set", "ga.num_particles=50"], "round-mode run"),
+        (["ga", "--set", "round0_ga.num_particles=50"], "round-mode run"),
     ],
 )
 def test_cli_bad_settings_fail_before_any_work(tmp_path, capsys, argv, message):
@@ -202,7 +262,7 @@ def test_cli_config_reads_yaml_with_dotted_and_nested_keys(tmp_path, capsys):
 
 def test_cli_config_from_another_optimizer_is_refused(tmp_path, capsys):
     path = tmp_path / "lambo2.json"
-    path.write_text(json.dumps({"optimizer": "lambo2", "num_samples": 8}))
+    path.write_text(json.dumps({"optimizer": "lambo2", "labels_per_round": 8}))
     assert cli.main(["llome", "--config", str(path), "--print-config"]) == 2
     assert "holds a 'lambo2' configuration" in capsys.readouterr().err
 
@@ -229,8 +289,14 @@ def test_layered_applies_saved_file_flags_and_assignments_in_that_order(tmp_path
     from llome_jax.configs import layered
     from llome_jax.ga.optimizer import GARunConfig
 
-    saved = {"optimizer": "ga", "rounds": 2, "seed": 5, "ga": {"num_particles": 40}, "loss": "x"}
-    file = tmp_path / "settings.yaml"
+    saved = {
+        "optimizer": "ga",
+        "rounds": 2,
+        "seed": 5,
+        "round0_ga": {"num_particles": 40},
+        "loss": "x",
+    }
+    file = tmp_path / "settings.yaml"  # an old name (ga: round0_ga) works in a file and --set
     file.write_text("seed: 6\nga:\n  mutation_prob: 0.02\n")
     cfg, saved_settings = layered(
         GARunConfig(),
@@ -239,15 +305,15 @@ def test_layered_applies_saved_file_flags_and_assignments_in_that_order(tmp_path
         flags={"rounds": 4},
         assignments=["ga.num_particles=64", "seed=7"],
         optimizer="ga",
-        upgrade=lambda old: {**old, "initial_generations": 3},
+        upgrade=lambda old: {**old, "round0_generations": 3},
     )
-    assert (cfg.rounds, cfg.seed, cfg.initial_generations) == (4, 7, 3)
-    assert (cfg.ga.num_particles, cfg.ga.mutation_prob) == (64, 0.02)
+    assert (cfg.rounds, cfg.seed, cfg.round0_generations) == (4, 7, 3)
+    assert (cfg.round0_ga.num_particles, cfg.round0_ga.mutation_prob) == (64, 0.02)
     assert saved_settings == {
         "rounds": 2,
         "seed": 5,
-        "ga": {"num_particles": 40},
-        "initial_generations": 3,
+        "round0_ga": {"num_particles": 40},
+        "round0_generations": 3,
     }
     with pytest.raises(ValueError, match="not 'ga'"):
         layered(GARunConfig(), file=str(_write(tmp_path, {"optimizer": "llome"})), optimizer="ga")

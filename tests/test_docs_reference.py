@@ -52,7 +52,8 @@ def test_the_cli_page_names_every_flag_of_every_command() -> None:
 
 
 def _leaves(config: Any, prefix: str = "") -> dict[str, Any]:
-    """Every setting of a configuration as ``dotted key -> value``."""
+    """Every setting of a configuration as ``dotted key -> value`` (not the nested copies of a
+    shared setting, ``DERIVED_SETTINGS``: LLOME's ``filter.num_selected``)."""
     out = {}
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
@@ -60,6 +61,8 @@ def _leaves(config: Any, prefix: str = "") -> dict[str, Any]:
             out.update(_leaves(value, f"{prefix}{field.name}."))
         else:
             out[prefix + field.name] = value
+    for derived in getattr(config, "DERIVED_SETTINGS", ()):
+        out.pop(prefix + derived)
     return out
 
 

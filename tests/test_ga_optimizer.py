@@ -23,9 +23,9 @@ CFG = GARunConfig(
     instance_seed=1,
     seed=5,
     rounds=3,
-    initial_generations=4,
+    round0_generations=4,
     generations_per_round=2,
-    ga=ga.GAConfig(num_particles=64, mutation_prob=0.05),
+    round0_ga=ga.GAConfig(num_particles=64, mutation_prob=0.05),
     accounting="every_evaluation",
 )
 #: pay_once on a function the GA does not solve in 3 rounds of 64 particles
@@ -48,15 +48,17 @@ def test_rounds_are_one_ga_run_and_round0_is_llome_seed_data(tmp_path: pathlib.P
     rounds, x, v = _evaluated(result.path)
 
     # round 0 == ga_loop.run_archive of n0 generations: LLOME's seed data, row for row
-    seed_x, seed_v, _ = ga_loop.run_archive(key, fn, x0, CFG.initial_generations, CFG.ga).to_numpy()
+    seed_x, seed_v, _ = ga_loop.run_archive(
+        key, fn, x0, CFG.round0_generations, CFG.round0_ga
+    ).to_numpy()
     np.testing.assert_array_equal(x[rounds == 0], seed_x)
     np.testing.assert_array_equal(v[rounds == 0], seed_v.astype(np.float64))
 
     # all rounds == one GA run of n0 + R G generations: best value and oracle calls per round
-    total = CFG.initial_generations + CFG.rounds * CFG.generations_per_round
-    _, trace = ga_loop.run(key, fn, x0, total, CFG.ga)
+    total = CFG.round0_generations + CFG.rounds * CFG.generations_per_round
+    _, trace = ga_loop.run(key, fn, x0, total, CFG.round0_ga)
     records = [json.loads(line) for line in (result.path / "rounds.jsonl").read_text().splitlines()]
-    ends = [CFG.initial_generations + r * CFG.generations_per_round for r in range(CFG.rounds + 1)]
+    ends = [CFG.round0_generations + r * CFG.generations_per_round for r in range(CFG.rounds + 1)]
     assert [r["num_evaluations"] for r in records] == [g * 64 for g in ends]
     np.testing.assert_array_equal(
         [1.0 - r["min_regret"] for r in records],
@@ -68,7 +70,7 @@ def test_rounds_are_one_ga_run_and_round0_is_llome_seed_data(tmp_path: pathlib.P
     first = [
         i for i, row in enumerate(map(tuple, x.tolist())) if not (row in seen or seen.add(row))
     ]
-    all_x, all_v, _ = ga_loop.run_archive(key, fn, x0, total, CFG.ga).to_numpy()
+    all_x, all_v, _ = ga_loop.run_archive(key, fn, x0, total, CFG.round0_ga).to_numpy()
     np.testing.assert_array_equal(x[first], all_x)
     np.testing.assert_array_equal(v[first], all_v.astype(np.float64))
     # every logged value is the oracle's value of the logged sequence; rows distinct per round
@@ -93,7 +95,9 @@ def test_pay_once_pays_each_distinct_sequence_once_and_fills_the_round_budget(
     assert len(np.unique(x, axis=0)) == len(x)
     assert not (x == x0).all(axis=1).any()
     # round 0: LLOME's seed data (ga_loop.run_archive) without the start sequence, row for row
-    seed_x, seed_v, _ = ga_loop.run_archive(key, fn, x0, cfg.initial_generations, cfg.ga).to_numpy()
+    seed_x, seed_v, _ = ga_loop.run_archive(
+        key, fn, x0, cfg.round0_generations, cfg.round0_ga
+    ).to_numpy()
     keep = ~(seed_x == x0).all(axis=1)
     np.testing.assert_array_equal(x[rounds == 0], seed_x[keep])
     np.testing.assert_array_equal(v[rounds == 0], seed_v[keep].astype(np.float64))
@@ -101,20 +105,20 @@ def test_pay_once_pays_each_distinct_sequence_once_and_fills_the_round_budget(
     paid = [int(np.sum(rounds <= r)) for r in range(cfg.rounds + 1)]
     assert [r["num_evaluations"] for r in records] == paid
     # each later round runs whole generations until it has paid G n new labels
-    budget = cfg.generations_per_round * cfg.ga.num_particles
+    budget = cfg.generations_per_round * cfg.round0_ga.num_particles
     gens = [r["generations"] for r in records]
     for r in range(1, cfg.rounds + 1):
         assert paid[r] - paid[r - 1] >= budget
-        assert records[r]["num_proposals"] == (gens[r] - gens[r - 1]) * cfg.ga.num_particles
+        assert records[r]["num_proposals"] == (gens[r] - gens[r - 1]) * cfg.round0_ga.num_particles
     # the rows are the first occurrences in the uninterrupted GA run of as many generations
-    all_x, all_v, _ = ga_loop.run_archive(key, fn, x0, gens[-1], cfg.ga).to_numpy()
+    all_x, all_v, _ = ga_loop.run_archive(key, fn, x0, gens[-1], cfg.round0_ga).to_numpy()
     keep = ~(all_x == x0).all(axis=1)
     np.testing.assert_array_equal(x, all_x[keep])
     np.testing.assert_array_equal(v, all_v[keep].astype(np.float64))
     # ... whose generation count is the first with the budget paid: one generation less was short
-    first_gen_of_row = np.asarray(ga_loop.run_archive(key, fn, x0, gens[-1], cfg.ga).generations)[
-        : len(all_x)
-    ][keep]
+    first_gen_of_row = np.asarray(
+        ga_loop.run_archive(key, fn, x0, gens[-1], cfg.round0_ga).generations
+    )[: len(all_x)][keep]
     for r in range(1, cfg.rounds + 1):
         assert int(np.sum(first_gen_of_row <= gens[r] - 1)) - paid[r - 1] < budget
     # the record's uniqueness is over the round's proposals (particles), not the paid rows

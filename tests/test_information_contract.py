@@ -160,16 +160,16 @@ GA_CFG = GARunConfig(
     instance_seed=1,
     seed=3,
     rounds=2,
-    initial_generations=3,
+    round0_generations=3,
     generations_per_round=1,
-    ga=ga.GAConfig(num_particles=32, mutation_prob=0.05),
+    round0_ga=ga.GAConfig(num_particles=32, mutation_prob=0.05),
 )
 LLOME_CFG = presets.preset("smoke", rounds=2, model_overrides=(("num_hidden_layers", 2),))
 LAMBO_CFG = lambo2.preset(
     "smoke",
     rounds=2,
-    num_samples=16,
-    ga_particles=32,
+    labels_per_round=16,
+    round0_ga={"num_particles": 32},
     model_overrides=(("ensemble_size", 1), ("num_blocks", 1)),
     **{"train.epochs": 1, "design.num_steps": 1, "design.guidance_updates": 1},
 )

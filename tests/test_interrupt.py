@@ -116,9 +116,9 @@ def _ga_run(out: pathlib.Path, rounds: int, **options):
     cfg = GARunConfig(
         function="f2",
         rounds=rounds,
-        initial_generations=3,
+        round0_generations=3,
         generations_per_round=1,
-        ga=ga.GAConfig(num_particles=200, mutation_prob=0.05),
+        round0_ga=ga.GAConfig(num_particles=200, mutation_prob=0.05),
     )
     return run(cfg, out, progress=False, **options)
 

@@ -38,6 +38,6 @@ def test_the_oracle_refuses_a_label_above_the_optimum() -> None:
 
 
 def test_a_run_on_a_wrong_optimum_stops_with_the_error(tmp_path: pathlib.Path) -> None:
-    cfg = GARunConfig(rounds=3, initial_generations=2, ga=ga.GAConfig(num_particles=32))
+    cfg = GARunConfig(rounds=3, round0_generations=2, round0_ga=ga.GAConfig(num_particles=32))
     with pytest.raises(LabelAboveOptimumError, match="sum-of-states"):
         ga_run(cfg, tmp_path / "run", objective=_sum(optimal_value=2.0), progress=False)

@@ -296,4 +296,4 @@ def test_fused_option_config_and_an_end_to_end_round(tmp_path, monkeypatch):
     records = rundir.RunDirectory(result.path).rounds()
     assert [r["round"] for r in records] == [0, 1]
     assert np.isfinite(records[1]["train_loss"])
-    assert records[1]["num_proposals"] == cfg.num_samples
+    assert records[1]["num_proposals"] == cfg.labels_per_round

@@ -21,7 +21,7 @@ def _smoke(**overrides):
     # the regrets are not all 1, and none reaches f* = 1, so no run stops early at the optimum
     # (a small GA round 0, 2 x 64 with mutation 0.005, as the smoke preset had before it took
     # LLOME's smoke round 0: with LLOME's 2 x 200 at 0.1 this instance's optimum is found early)
-    settings = {"ga_particles": 64, "ga_mutation_prob": 0.005, **overrides}
+    settings = {"round0_ga": {"num_particles": 64, "mutation_prob": 0.005}, **overrides}
     return optimizer.preset("smoke", function="Ehr(4,8)-2-4-4", instance_seed=0, **settings)
 
 
@@ -38,8 +38,9 @@ def test_smoke_run_resume_equals_uninterrupted(tmp_path):
     rounds, x, y = history.t, history.x, history.y  # every labelled proposal, repeats included
     n0 = int((rounds == 0).sum())
     # the history holds the GA archive (round 0) + every one of the n proposals of a round
-    assert len(y) == n0 + 2 * cfg.num_samples
-    np.testing.assert_array_equal(np.bincount(rounds), [n0, cfg.num_samples, cfg.num_samples])
+    assert len(y) == n0 + 2 * cfg.labels_per_round
+    j = cfg.labels_per_round
+    np.testing.assert_array_equal(np.bincount(rounds), [n0, j, j])
     assert x.shape[1] == 8 and x.min() >= 0 and x.max() < 4
     # evaluated.csv holds each labelled sequence once, in the round that first labelled it (as
     # every optimizer's does): the history's first occurrences, in order; this small problem
@@ -54,7 +55,7 @@ def test_smoke_run_resume_equals_uninterrupted(tmp_path):
     records = rundir.RunDirectory(full.path).rounds()
     assert [r["round"] for r in records] == [0, 1, 2]
     assert set(rundir.ROUND_FIELDS) <= set(records[1])
-    ga_calls = cfg.ga_generations * cfg.ga_particles
+    ga_calls = cfg.round0_generations * cfg.round0_ga.num_particles
     assert [r["num_evaluations"] for r in records] == [ga_calls, ga_calls + 32, ga_calls + 64]
     assert all(np.isfinite(r["train_loss"]) for r in records)
     # Each round's record is recomputed from the history (paper Sec. 4.2: regret 1 - f(x),
@@ -78,7 +79,7 @@ def test_smoke_run_resume_equals_uninterrupted(tmp_path):
         assert records[r]["frac_feasible"] == pytest.approx(np.isfinite(yr).mean())
         before = rounds < r
         index = lambo_seeds.select_design_seeds(
-            x[before], y[before], rounds[before], cfg.num_samples, cfg.alpha
+            x[before], y[before], rounds[before], cfg.labels_per_round, cfg.alpha
         )
         distance = (xr != x[before][index]).mean()
         assert distance > 0.0 and records[r]["mean_hamming"] == pytest.approx(distance)
@@ -113,9 +114,9 @@ def test_pay_once_looks_up_repeated_proposals_and_resumes_exactly(tmp_path):
     records = rundir.RunDirectory(full.path).rounds()
     assert len(np.unique(x, axis=0)) == len(x)  # no sequence paid twice
     assert [r["num_evaluations"] for r in records] == [int(np.sum(rounds <= r)) for r in range(4)]
-    assert [r["num_proposals"] for r in records[1:]] == [cfg.num_samples] * 3
+    assert [r["num_proposals"] for r in records[1:]] == [cfg.labels_per_round] * 3
     # this small problem makes LaMBO-2 repeat itself: some proposals were looked up, not paid
-    assert int(np.sum(rounds >= 1)) < 3 * cfg.num_samples
+    assert int(np.sum(rounds >= 1)) < 3 * cfg.labels_per_round
     # the history holds each labelled sequence once: the paid rows and the public start sequence
     history = full.state.history
     assert len(np.unique(history.x, axis=0)) == len(history.x)
@@ -155,7 +156,7 @@ def test_bad_input_gives_clear_messages(tmp_path):
     with pytest.raises(ValueError, match="rounds"):
         command.build_config(args(rounds=0))
     cfg = command.build_config(args(epochs=3, design_steps=5, num_samples=16))
-    assert (cfg.train.epochs, cfg.design.num_steps, cfg.num_samples) == (3, 5, 16)
+    assert (cfg.train.epochs, cfg.design.num_steps, cfg.labels_per_round) == (3, 5, 16)
     assert cfg.train.batch_size == 16  # the preset's nested settings are kept
     with pytest.raises(ValueError, match="cannot resume"):
         optimizer.run(_smoke(), tmp_path / "missing", resume=True, progress=False)

@@ -9,10 +9,10 @@ run directory. Only settings that scale the cost are reduced (``REDUCED``; paper
   32 positions). This instance's start sequence is not optimal (f = 0.25) and its GA archive
   holds infeasible rows and two feasible levels (0.25, 0.5), so both classifier labels occur,
   the regressor sees graded targets and the recomputed records below are not all-equal.
-* ``ga_particles`` 1000 -> 64: seed data only (10 generations kept: 640 oracle calls, 27
+* ``round0_ga.num_particles`` 1000 -> 64: seed data only (10 generations kept: 640 oracle calls, 27
   distinct sequences, 22 feasible), small enough that every fit is one training step of batch
   128 per epoch (``ceil(0.8 #unique feasible / 128)``).
-* ``num_samples`` 2000 -> 16 proposals (``alpha`` 0.25 kept: the top 4 seeds, tiled).
+* ``labels_per_round`` 2000 -> 16 proposals (``alpha`` 0.25 kept: the top 4 seeds, tiled).
 * ``rounds`` 10 -> 1 (one full round; every round takes the same path).
 * ``model_overrides`` ``ensemble_size`` 8 -> 2 (2 + 2 members): each training step updates the
   ``2 E_ens + 1`` leaves one after another in one program, whose compile time grows with
@@ -58,8 +58,8 @@ from llome_jax.run import rundir
 REDUCED = {
     "function": "Ehr(8,8)-2-2-2",  # paper "f2" = Ehr(32,32)-4-4-4 (the shipped instance)
     "instance_seed": 3,  # paper None (the shipped instance)
-    "ga_particles": 64,  # paper 1000
-    "num_samples": 16,  # paper 2000
+    "round0_ga.num_particles": 64,  # paper 1000
+    "labels_per_round": 16,  # paper 2000
     "rounds": 1,  # paper 10
     "train.epochs": 4,  # paper 100
     "model_overrides": {"ensemble_size": 2},  # paper {} (8 + 8 members)
@@ -72,10 +72,15 @@ PAPER = {
     "instance_seed": None,
     "seed": 0,
     "rounds": 10,
-    "num_samples": 2000,
+    "labels_per_round": 2000,
     "alpha": 0.25,
-    "ga_generations": 10,
-    "ga_particles": 1000,
+    "round0_generations": 10,
+    "round0_ga": {
+        "num_particles": 1000,
+        "survival_quantile": 0.1,
+        "mutation_prob": 0.005,
+        "recombine_prob": 0.0882,
+    },
     "model_preset": "paper",
     "model_overrides": {},
     "train": {
@@ -110,7 +115,6 @@ PAPER = {
     # the information contract (llome_jax.oracle): each label paid once, no constraint query
     "accounting": "pay_once",
     "constraint_queries": "off",
-    "ga_mutation_prob": 0.005,
     "keys": "shared",
 }
 
@@ -227,8 +231,8 @@ def test_paper_preset_one_round_end_to_end(tmp_path):
         assert (result.path / name).exists(), name
 
     rounds, x, y = run_dir.evaluated()
-    n, n0 = cfg.num_samples, int((rounds == 0).sum())
-    ga_calls = cfg.ga_generations * cfg.ga_particles
+    n, n0 = cfg.labels_per_round, int((rounds == 0).sum())
+    ga_calls = cfg.round0_generations * cfg.round0_ga.num_particles
     # the GA archive (round 0 shared by every optimizer) holds its distinct sequences: 24, 23 of
     # them feasible (integer-valued GA and exact Ehrlich levels: the same on any CPU)
     assert n0 == 24 and int(np.isfinite(y[rounds == 0]).sum()) == 23

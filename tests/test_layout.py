@@ -1,5 +1,7 @@
-"""The package's layout: no library module over ``MAX_LINES`` lines, and no import cycle among
-``llome_jax`` modules, function-level (lazy) imports included.
+"""The package's layout: no library module over ``MAX_LINES`` lines, at most
+``MAX_TOP_LEVEL`` modules at the top level, no import cycle among ``llome_jax`` modules
+(function-level, lazy, imports included), and no arrow back up between the floors of
+:data:`FLOORS` (a module imports only modules of its own floor or below).
 
 Imports are read with :mod:`ast`, nothing is imported. ``import llome_jax.a.b`` and
 ``from llome_jax.a import b`` (``b`` a submodule) are edges to ``llome_jax.a.b`` only, not to the
@@ -19,6 +21,26 @@ PACKAGE_DIR = pathlib.Path(__file__).resolve().parents[1] / PACKAGE
 
 #: One concern per module; a module that grows past this is split by concern (BUILD.md §2).
 MAX_LINES = 600
+#: The top level holds the few modules everything shares; the rest live in packages by concern.
+MAX_TOP_LEVEL = 12
+
+#: The floors of the import graph, bottom up: a module's floor is that of its longest matching
+#: prefix (``llome_jax`` alone means the package's ``__init__`` only); a module imports only its
+#: own floor or lower ones. The GA package spans two floors: its operators and whole runs are
+#: what the base's round 0 runs, its plug-in stands on the base.
+FLOORS: list[tuple[str, tuple[str, ...]]] = [
+    (
+        "foundations",
+        ("types", "moved", "configs", "oracle", "stats", "testing", "host"),
+    ),
+    ("functions and models", ("", "ehrlich", "rough_mt_fuji", "objective", "lm", "priors")),
+    ("shared machinery", ("training", "metrics", "run", "ga", "ga.operators", "ga.loop")),
+    ("the ask/tell base", ("optimizers.base", "optimizers.plugin")),
+    ("optimizers", ("ga.optimizer", "llome", "lambo2", "optimizers.local_search")),
+    ("the registry", ("optimizers", "optimizers.registry", "optimizers.contract")),
+    ("tools", ("compare", "bench", "sweep", "compat")),
+    ("the CLI", ("commands", "cli")),
+]
 
 Graph = dict[str, set[str]]
 
@@ -196,6 +218,34 @@ def format_cycle(cycle: list[str]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# Floors
+# ---------------------------------------------------------------------------------------------
+def floor_of(module: str, floors: list[tuple[str, tuple[str, ...]]] = FLOORS) -> int | None:
+    """The index in ``floors`` of ``module``'s longest matching prefix (``None``: no floor)."""
+    best: tuple[int, int] | None = None
+    for index, (_, prefixes) in enumerate(floors):
+        for prefix in prefixes:
+            full = f"{PACKAGE}.{prefix}" if prefix else PACKAGE
+            matches = module == full or (prefix and module.startswith(full + "."))
+            if matches and (best is None or len(full) > best[1]):
+                best = (index, len(full))
+    return None if best is None else best[0]
+
+
+def arrows_back_up(graph: Graph, floors: list[tuple[str, tuple[str, ...]]] = FLOORS) -> list[str]:
+    """Every import ``a -> b`` from a lower floor to a higher one, as ``"a (floor) -> b
+    (floor)"``, sorted."""
+    found = []
+    for source, targets in graph.items():
+        low = floor_of(source, floors)
+        for target in targets:
+            high = floor_of(target, floors)
+            if low is not None and high is not None and high > low:
+                found.append(f"{source} ({floors[low][0]}) -> {target} ({floors[high][0]})")
+    return sorted(found)
+
+
+# ---------------------------------------------------------------------------------------------
 # Tests
 # ---------------------------------------------------------------------------------------------
 def test_no_module_over_the_line_limit() -> None:
@@ -214,6 +264,35 @@ def test_no_import_cycles() -> None:
     cycles = find_cycles(import_graph(modules))
     report = "\n".join(f"  {format_cycle(cycle)}" for cycle in cycles)
     assert not cycles, f"import cycles among {PACKAGE} modules (lazy imports included):\n{report}"
+
+
+def test_at_most_twelve_top_level_modules() -> None:
+    top = sorted(path.name for path in PACKAGE_DIR.glob("*.py"))
+    assert "__init__.py" in top and "objective.py" in top  # the glob read the package
+    assert len(top) <= MAX_TOP_LEVEL, f"{len(top)} top-level modules: {', '.join(top)}"
+
+
+def test_every_module_has_a_floor_and_no_arrow_runs_back_up() -> None:
+    modules = module_files(PACKAGE_DIR)
+    assert [name for name in modules if floor_of(name) is None] == []
+    graph = import_graph(modules)
+    assert arrows_back_up(graph) == []
+
+
+def test_an_arrow_back_up_is_caught() -> None:
+    """Hand-made: the run directory importing the CLI, and the base importing an optimizer."""
+    graph = {
+        f"{PACKAGE}.run.rundir": {f"{PACKAGE}.commands.ga", f"{PACKAGE}.metrics"},
+        f"{PACKAGE}.optimizers.base": {f"{PACKAGE}.llome.loop", f"{PACKAGE}.ga.loop"},
+        f"{PACKAGE}.ga.optimizer": {f"{PACKAGE}.optimizers.base"},
+    }
+    assert floor_of(f"{PACKAGE}.ga") == floor_of(f"{PACKAGE}.ga.loop") == 2
+    assert floor_of(f"{PACKAGE}.ga.optimizer") == 4 and floor_of(PACKAGE) == 1
+    assert floor_of(f"{PACKAGE}.llome_extra") is None  # a prefix is a dotted name, not a string
+    assert arrows_back_up(graph) == [
+        f"{PACKAGE}.optimizers.base (the ask/tell base) -> {PACKAGE}.llome.loop (optimizers)",
+        f"{PACKAGE}.run.rundir (shared machinery) -> {PACKAGE}.commands.ga (the CLI)",
+    ]
 
 
 def test_cycle_detector_finds_hand_made_cycles() -> None:

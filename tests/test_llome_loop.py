@@ -142,8 +142,10 @@ def test_smoke_run_files_and_invariants(
         named_key(jax.random.key(cfg.seed), "ga"),
         fn,
         x0,
-        cfg.ga_generations,
-        ga.GAConfig(num_particles=cfg.ga.num_particles, mutation_prob=cfg.ga.mutation_prob),
+        cfg.round0_generations,
+        ga.GAConfig(
+            num_particles=cfg.round0_ga.num_particles, mutation_prob=cfg.round0_ga.mutation_prob
+        ),
     )
     ga_x, ga_v, _ = archive.to_numpy()
     paid = ~(ga_x == np.asarray(x0)).all(axis=1)
@@ -158,7 +160,7 @@ def test_smoke_run_files_and_invariants(
     # num_evaluations = paid labels: round 0's distinct GA sequences, then each round's labels.
     expected = int(paid.sum())
     assert records[0]["num_evaluations"] == expected
-    assert records[0]["num_proposals"] == cfg.ga_generations * cfg.ga.num_particles
+    assert records[0]["num_proposals"] == cfg.round0_generations * cfg.round0_ga.num_particles
     # uniqueness over the GA's proposals (as the GA reports it), not over its distinct archive
     assert records[0]["frac_unique"] == len(ga_x) / records[0]["num_proposals"] < 1.0
     # (the temperature offsets below assume the adaptive schedule without phase resets)
@@ -166,7 +168,7 @@ def test_smoke_run_files_and_invariants(
     for record in records[1:]:
         r = record["round"]
         labelled = seqs[rounds == r]
-        assert 0 < len(labelled) <= cfg.filter.num_selected
+        assert 0 < len(labelled) <= cfg.labels_per_round
         assert len(np.unique(labelled, axis=0)) == len(labelled)
         expected += len(labelled)
         assert record["num_evaluations"] == expected
@@ -490,8 +492,8 @@ def test_schedule_parsing() -> None:
     with pytest.raises(ValueError):
         loss_for_round(schedule, 0)
     cfg = preset("cpu")
-    assert cfg.schedule == (("sft", 1), ("marge", 9)) and cfg.filter.num_selected == 2000
-    assert cfg.rounds == 10 and cfg.ga_generations == 10 and cfg.function == "f2"
+    assert cfg.schedule == (("sft", 1), ("marge", 9)) and cfg.labels_per_round == 2000
+    assert cfg.rounds == 10 and cfg.round0_generations == 10 and cfg.function == "f2"
     assert hash(cfg) == hash(preset("cpu"))
 
 

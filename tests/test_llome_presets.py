@@ -87,8 +87,8 @@ PAPER_TABLE: list[tuple[str, Any, Any, str]] = [
     ("first round is SFT, then MargE", lambda c: (c.loss(1), c.loss(2), c.loss(10)),
      ("sft", "marge", "marge"), "Sec. 5 'Llome Details': one round of SFT before MargE"),
     # Alg. 1 caption: n0 = 10, j = 2000, T = 10
-    ("GA generations n0", lambda c: c.ga_generations, 10, "Alg. 1 caption"),
-    ("labels per round j", lambda c: c.filter.num_selected, 2000, "Alg. 1 caption"),
+    ("GA generations n0", lambda c: c.round0_generations, 10, "Alg. 1 caption"),
+    ("labels per round j", lambda c: c.labels_per_round, 2000, "Alg. 1 caption"),
     ("rounds T", lambda c: c.rounds, 10, "Alg. 1 caption"),
     # Alg. IterativeRefinement caption: n_s = 200, n_i = 10, n_o = 10, T = [0.6, ..., 1.6]
     ("seeds n_s", lambda c: c.num_seeds, 200, "Alg. IterativeRefinement caption"),
@@ -101,8 +101,8 @@ PAPER_TABLE: list[tuple[str, Any, Any, str]] = [
     ("PropEn neighbours k_n", lambda c: c.propen.num_neighbours, 30, "Alg. DatasetFormatting caption"),
     ("PropEn Delta x", lambda c: c.propen.max_distance, 0.25, "Alg. DatasetFormatting caption"),
     # App. 'Genetic Algorithm': p_m = 0.005, n = 1000
-    ("GA mutation probability", lambda c: c.ga.mutation_prob, 0.005, "App. 'Genetic Algorithm'"),
-    ("GA particles", lambda c: c.ga.num_particles, 1000, "App. 'Genetic Algorithm'"),
+    ("GA mutation probability", lambda c: c.round0_ga.mutation_prob, 0.005, "App. 'Genetic Algorithm'"),
+    ("GA particles", lambda c: c.round0_ga.num_particles, 1000, "App. 'Genetic Algorithm'"),
 ]  # fmt: skip
 
 
@@ -233,15 +233,14 @@ def test_paper_preset_runs_sft_then_marge_on_eight_devices(tmp_path: pathlib.Pat
         weights=str(tmp_path / "weights"),
         function=smoke.function,
         instance_seed=smoke.instance_seed,
-        ga_generations=smoke.ga_generations,
-        ga_particles=smoke.ga.num_particles,
-        ga_mutation_prob=smoke.ga.mutation_prob,
+        round0_generations=smoke.round0_generations,
+        round0_ga=smoke.round0_ga,
         rounds=2,
         max_train_examples=512,
         num_seeds=32,
         num_iterations=2,
         num_samples=4,
-        num_selected=256,
+        labels_per_round=256,
         min_unique_candidates=1,
         selection_num_prompts=16,
     )

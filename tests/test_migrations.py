@@ -43,6 +43,14 @@ CASES = [
     ),
     (GA_MIGRATIONS, 1, {"rounds": 3}, {"rounds": 3, "labels_per_round": None}),
     (GA_MIGRATIONS, 1, {"labels_per_round": 7}, {"labels_per_round": 7}),
+    # one name per shared setting: the old key's value under the new key
+    (
+        GA_MIGRATIONS,
+        2,
+        {"initial_generations": 3, "ga": {"num_particles": 32}, "rounds": 2},
+        {"round0_generations": 3, "round0_ga": {"num_particles": 32}, "rounds": 2},
+    ),
+    (GA_MIGRATIONS, 2, {"round0_generations": 4}, {"round0_generations": 4}),
     # LaMBO-2
     (
         LAMBO2_MIGRATIONS,
@@ -79,6 +87,22 @@ CASES = [
         {"keys": "shared", "ga_mutation_prob": 0.1},
         {"keys": "shared", "ga_mutation_prob": 0.1},
     ),
+    (
+        LAMBO2_MIGRATIONS,
+        6,
+        {"num_samples": 16, "ga_generations": 2, "ga_particles": 200, "ga_mutation_prob": 0.1},
+        {
+            "labels_per_round": 16,
+            "round0_generations": 2,
+            "round0_ga": {
+                "num_particles": 200,
+                "mutation_prob": 0.1,
+                "survival_quantile": 0.1,
+                "recombine_prob": 0.0882,
+            },
+        },
+    ),
+    (LAMBO2_MIGRATIONS, 6, {"seed": 1}, {"seed": 1}),  # no round 0 keys: nothing to move
     # LLOME (step 0, the nesting, has its own tests below)
     (
         LLOME_MIGRATIONS,
@@ -114,6 +138,21 @@ CASES = [
     # a run from before the sized stop rule stopped below num_seeds unique candidates
     (LLOME_MIGRATIONS, 6, {"num_seeds": 200}, {"num_seeds": 200, "min_unique_rule": "paper"}),
     (LLOME_MIGRATIONS, 6, {"min_unique_rule": "scaled"}, {"min_unique_rule": "scaled"}),
+    (
+        LLOME_MIGRATIONS,
+        7,
+        {
+            "ga_generations": 2,
+            "ga": {"num_particles": 200},
+            "filter": {"num_selected": 32, "deduplicate": True},
+        },
+        {
+            "round0_generations": 2,
+            "round0_ga": {"num_particles": 200},
+            "filter": {"deduplicate": True},
+            "labels_per_round": 32,
+        },
+    ),
 ]
 
 
@@ -244,21 +283,24 @@ def test_migrate_applies_the_steps_after_the_saved_version() -> None:
         "accounting": "every_evaluation",
         "constraint_queries": "off",
         "labels_per_round": None,
-        CONFIG_VERSION: 2,
+        CONFIG_VERSION: 3,
     }
     assert saved == {"optimizer": "ga", "rounds": 3}  # a copy is migrated
-    # version 1 already has the information contract's settings: only step 2 runs
+    # version 1 already has the information contract's settings: only steps 2 and 3 run
     assert migrate({**saved, CONFIG_VERSION: 1}, GA_MIGRATIONS) == {
         **saved,
         "labels_per_round": None,
-        CONFIG_VERSION: 2,
+        CONFIG_VERSION: 3,
     }
-    assert migrate({**saved, CONFIG_VERSION: 2}, GA_MIGRATIONS) == {**saved, CONFIG_VERSION: 2}
+    assert migrate({**saved, CONFIG_VERSION: 3}, GA_MIGRATIONS) == {**saved, CONFIG_VERSION: 3}
+    # version 2 has the old names of the shared settings: only step 3 (the renames) runs
+    old = {**saved, "initial_generations": 2, CONFIG_VERSION: 2}
+    assert migrate(old, GA_MIGRATIONS) == {**saved, "round0_generations": 2, CONFIG_VERSION: 3}
 
 
-@pytest.mark.parametrize("version", [3, -1, "2", True, 1.0])
+@pytest.mark.parametrize("version", [4, -1, "2", True, 1.0])
 def test_a_newer_or_malformed_version_is_refused(version) -> None:
-    message = "newer than this llome_jax" if version == 3 else "must be an integer"
+    message = "newer than this llome_jax" if version == 4 else "must be an integer"
     with pytest.raises(ValueError, match=message):
         migrate({CONFIG_VERSION: version}, GA_MIGRATIONS)
 

@@ -232,9 +232,9 @@ def test_ga_host_loop_equals_the_jitted_scan() -> None:
 # ---------------------------------------------------------------------------------------------
 GA_CFG = ga_optimizer.GARunConfig().replace(
     rounds=2,
-    initial_generations=2,
+    round0_generations=2,
     generations_per_round=2,
-    ga={"num_particles": 16, "survival_quantile": 0.25, "mutation_prob": 0.25},
+    round0_ga={"num_particles": 16, "survival_quantile": 0.25, "mutation_prob": 0.25},
 )
 
 
@@ -359,8 +359,8 @@ def test_lambo2_two_rounds_on_a_numpy_objective(tmp_path: pathlib.Path) -> None:
     cfg = lambo2.preset(
         "smoke",
         rounds=2,
-        num_samples=16,
-        ga_particles=32,
+        labels_per_round=16,
+        round0_ga={"num_particles": 32},
         model_overrides=(("ensemble_size", 1), ("num_blocks", 1)),
         **{"train.epochs": 1, "design.num_steps": 1, "design.guidance_updates": 1},
     )

@@ -706,7 +706,7 @@ def test_a_run_is_given_the_label_budget_and_a_round_cap(
     (an LLOME round pays fewer than j when few candidates are valid); a finished run is skipped."""
     scale = dataclasses.replace(SCALES["smoke"], rounds=3)
     (spec,) = build_plan(scale, ["LLOME-MargE"], ["solver"])[:1]
-    j = execution.llome_config(spec, scale).filter.num_selected
+    j = execution.llome_config(spec, scale).labels_per_round
     asked: list[tuple[int, int, int]] = []
 
     def fake_run(spec, scale, llome_cfg, path, options):

@@ -235,7 +235,9 @@ def test_resume_alone_takes_the_saved_configuration(
     # --print-config on resume shows the saved configuration with the flags applied
     assert cli.main(["ga", "--resume", "--out", str(out), "--rounds", "7", "--print-config"]) == 0
     shown = json.loads(capsys.readouterr().out)
-    assert shown["rounds"] == 7 and shown["seed"] == 3 and shown["ga"]["mutation_prob"] == 0.05
+    assert (
+        shown["rounds"] == 7 and shown["seed"] == 3 and shown["round0_ga"]["mutation_prob"] == 0.05
+    )
 
 
 def test_a_run_with_records_of_another_caller_resumes_from_the_command_line(
@@ -256,7 +258,7 @@ def test_a_run_with_records_of_another_caller_resumes_from_the_command_line(
     argv = [*GA, "--config", str(out / "config.json"), "--rounds", "1"]
     argv += ["--out", str(tmp_path / "copy")]
     assert cli.main(argv) == 0
-    assert _config(tmp_path / "copy")["ga"] == _config(out)["ga"]
+    assert _config(tmp_path / "copy")["round0_ga"] == _config(out)["round0_ga"]
     handwritten = tmp_path / "mine.json"
     handwritten.write_text(json.dumps({"method": "typo", "rounds": 1}))
     capsys.readouterr()
@@ -294,24 +296,24 @@ def test_precedence_preset_config_file_flags_set(
 ) -> None:
     """preset < --config FILE < the flags given < --set, setting by setting."""
     settings = tmp_path / "settings.json"
-    settings.write_text(json.dumps({"ga": {"num_particles": 50, "mutation_prob": 0.02}}))
+    settings.write_text(json.dumps({"round0_ga": {"num_particles": 50, "mutation_prob": 0.02}}))
     base = ["ga", "--rounds", "2", "--config", str(settings), "--print-config"]
     assert cli.main(base) == 0
-    shown = json.loads(capsys.readouterr().out)["ga"]
+    shown = json.loads(capsys.readouterr().out)["round0_ga"]
     assert (shown["num_particles"], shown["mutation_prob"]) == (50, 0.02)
     assert cli.main([*base, "--particles", "70"]) == 0
-    shown = json.loads(capsys.readouterr().out)["ga"]
+    shown = json.loads(capsys.readouterr().out)["round0_ga"]
     assert (shown["num_particles"], shown["mutation_prob"]) == (70, 0.02)  # the rest kept
-    assert cli.main([*base, "--particles", "70", "--set", "ga.num_particles=80"]) == 0
-    assert json.loads(capsys.readouterr().out)["ga"]["num_particles"] == 80
+    assert cli.main([*base, "--particles", "70", "--set", "round0_ga.num_particles=80"]) == 0
+    assert json.loads(capsys.readouterr().out)["round0_ga"]["num_particles"] == 80
     llome = tmp_path / "llome.json"
-    llome.write_text(json.dumps({"filter": {"num_selected": 16}, "num_seeds": 4}))
+    llome.write_text(json.dumps({"labels_per_round": 16, "num_seeds": 4}))
     argv = ["llome", "--preset", "smoke", "--config", str(llome), "--print-config"]
     assert cli.main([*argv, "--num-selected", "24"]) == 0
     shown = json.loads(capsys.readouterr().out)
-    assert (shown["filter"]["num_selected"], shown["num_seeds"]) == (24, 4)
+    assert (shown["labels_per_round"], shown["num_seeds"]) == (24, 4)
     assert cli.main(argv) == 0
-    assert json.loads(capsys.readouterr().out)["filter"]["num_selected"] == 16
+    assert json.loads(capsys.readouterr().out)["labels_per_round"] == 16
 
 
 def test_config_json_and_summary_json_have_ordinary_permissions(tmp_path: pathlib.Path) -> None:

@@ -20,7 +20,7 @@ def _digest(path: pathlib.Path) -> str:
 @pytest.mark.parametrize(
     ("command", "made", "changed", "named"),
     [
-        (["ga", "--rounds", "2"], [], ["--mutation-prob", "0.01"], "ga.mutation_prob"),
+        (["ga", "--rounds", "2"], [], ["--mutation-prob", "0.01"], "round0_ga.mutation_prob"),
         (["llome", "--preset", "smoke"], [], ["--set", "finetune.epochs=7"], "finetune.epochs"),
         (["lambo2", "--preset", "smoke"], [], ["--epochs", "7"], "train.epochs"),
     ],

@@ -52,7 +52,7 @@ def test_the_fingerprint_follows_results_settings_not_resources() -> None:
     for changed in (
         _plan(rounds=2),
         _plan(budget=20),
-        _plan(overrides={"llome": {"ga.num_particles": 100}}),
+        _plan(overrides={"llome": {"round0_ga.num_particles": 100}}),
         _plan(presets={"llome": "cpu"}),
     ):
         assert _print(changed) != _print(base)
@@ -68,9 +68,9 @@ def test_the_fingerprint_follows_results_settings_not_resources() -> None:
     old = fingerprint_inputs(base.spec("f2/GA_seed0"), base.scale)
     new = fingerprint_inputs(*(lambda p: (p.spec("f2/GA_seed0"), p.scale))(_plan(rounds=2)))
     assert describe_changes(old, new) == "budget 32 -> 64, rounds 1 -> 2"
-    tuned = _plan(overrides={"llome": {"ga.num_particles": 100}})
+    tuned = _plan(overrides={"llome": {"round0_ga.num_particles": 100}})
     new = fingerprint_inputs(tuned.spec("f2/GA_seed0"), tuned.scale)
-    assert describe_changes(old, new) == "overrides.llome.ga.num_particles 200 -> 100"
+    assert describe_changes(old, new) == "overrides.llome.round0_ga.num_particles 200 -> 100"
 
 
 def _files(out: pathlib.Path) -> dict[str, int]:

@@ -118,9 +118,9 @@ def test_the_paper_scale_plans_the_papers_settings_for_gpus(tmp_path: pathlib.Pa
     spec = plan.spec("f2/LLOME-MargE_seed0")
     cfg = execution.llome_config(spec, plan.scale)
     assert (cfg.preset, cfg.model, cfg.weights) == ("paper", "2.8b", "/models/pythia-2.8b")
-    assert cfg.filter.num_selected == 2000 and cfg.ga.num_particles == 1000
+    assert cfg.labels_per_round == 2000 and cfg.round0_ga.num_particles == 1000
     lambo = execution.lambo_config(plan.spec("f2/LaMBO-2_seed0"), plan.scale, cfg)
-    assert lambo.model_preset == "paper" and lambo.num_samples == 2000
+    assert lambo.model_preset == "paper" and lambo.labels_per_round == 2000
     assert plan.resources_for("f2/LLOME-MargE_seed0") == Resources(4, 1, 64.0)
     assert plan.resources_for("f2/LaMBO-2_seed0") == Resources(2, 1, 16.0)
     assert plan.resources_for("f2/GA_seed0") == Resources(1, 0, None)

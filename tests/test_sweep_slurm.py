@@ -246,3 +246,105 @@ def test_slurm_sweep_in_arrays_below_max_array_size_records_a_killed_task(
     retried = log_path(out, HELD, 2).read_text()
     assert "attempt 2" in retried and "fault injection" not in retried
     assert [r.how for r in result.results if r.name == HELD] == ["", "resumed"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Cluster settings on the real cluster: --max-minutes, --slurm setup/additional_parameters/...
+# ---------------------------------------------------------------------------------------------
+#: one GA run estimated at 60 + 1 round x 60 = 120 s: 4 min with the margin 2
+CAPPED = """
+name: capped
+scale: smoke
+functions: [f2]
+methods: [GA]
+seeds: [0]
+rounds: 1
+costs: {GA: [60, 60]}
+resources:
+  default: {mem_gb: 2}
+"""
+
+
+def _job_fields(job: str) -> dict[str, str]:
+    """``scontrol -o show job JOB``'s ``KEY=VALUE`` fields (values without spaces)."""
+    import subprocess
+
+    text = subprocess.run(
+        ["scontrol", "-o", "show", "job", job], capture_output=True, text=True, timeout=30
+    ).stdout
+    return dict(item.partition("=")[::2] for item in text.split() if "=" in item)
+
+
+def _job_ids() -> list[str]:
+    import subprocess
+
+    text = subprocess.run(
+        ["scontrol", "-o", "show", "job"], capture_output=True, text=True, timeout=30
+    ).stdout
+    return sorted(re.findall(r"^JobId=(\d+)", text, re.MULTILINE))
+
+
+def _cli_in_thread(cluster, argv: list[str]) -> int:
+    """``cli.main(argv)`` in a thread, failing the test after :data:`SWEEP_TIMEOUT` s."""
+    from llome_jax import cli
+
+    found: dict = {}
+
+    def main() -> None:
+        try:
+            found["code"] = cli.main(argv)
+        except BaseException as error:  # raised again in the test's thread
+            found["error"] = error
+
+    runner = threading.Thread(target=main, daemon=True)
+    with contextlib.redirect_stdout(io.StringIO()):
+        runner.start()
+        runner.join(timeout=SWEEP_TIMEOUT)
+    if runner.is_alive():
+        cluster.cancel_jobs()
+        pytest.fail(f"the sweep did not end in {SWEEP_TIMEOUT:.0f} s")
+    if "error" in found:
+        raise found["error"]
+    return found["code"]
+
+
+@pytest.mark.slow
+def test_slurm_cluster_settings_reach_the_job(
+    slurm_cluster,  # noqa: F811 (the fixture imported above)
+    tmp_path: pathlib.Path,
+) -> None:
+    """``llome-jax sweep --executor slurm``: a run estimated longer than ``--max-minutes`` is
+    refused (exit 2, no job, no OUT); under a cap of 3 min the job's TimeLimit is 3 min (not
+    the 4 its estimate and margin give), its ``setup`` lines ran before the task, its
+    ``additional_parameters`` comment and ``mem_per_cpu`` are the job's, and no ``--mem``."""
+    plan = tmp_path / "capped.yaml"
+    plan.write_text(CAPPED)
+    out = tmp_path / "out"
+    mark = tmp_path / "setup.txt"
+    keep = ("XLA_FLAGS", "JAX_PLATFORMS")
+    env = [f"--env={k}={os.environ[k]}" for k in keep if k in os.environ]
+    argv = ["sweep", str(plan), "--out", str(out), "--executor", "slurm", *env]
+    argv += ["--compile-cache", "off", "--min-minutes", "1", "--time-margin", "2"]
+    before = _job_ids()
+    assert _cli_in_thread(slurm_cluster, [*argv, "--max-minutes", "1"]) == 2  # 2 min > 1
+    assert not out.exists() and _job_ids() == before  # nothing written, nothing submitted
+
+    settings = [
+        f"setup=[echo $SLURM_JOB_ID > {mark}, echo second line >> {mark}]",
+        "additional_parameters={comment: llome-gap5}",
+        "mem_per_cpu=512",
+        "exclusive=false",
+    ]
+    argv += ["--max-minutes", "3", *(f"--slurm={item}" for item in settings)]
+    assert _cli_in_thread(slurm_cluster, argv) == 0
+    assert (out / "runs" / "f2" / "GA_seed0" / "done.json").exists()
+    (folder,) = [p for p in (out / "sweep" / "submitit").iterdir() if p.is_dir()]
+    job = folder.name  # one run: a plain job, not an array
+    fields = _job_fields(job)
+    assert fields["JobState"] == "COMPLETED", fields
+    assert fields["TimeLimit"] == "00:03:00"  # capped from 4 min
+    assert fields["Comment"] == "llome-gap5"
+    assert fields["MinMemoryCPU"] == "512M"
+    script = next(folder.parent.glob("*/*_submission.sh")).read_text()
+    assert "#SBATCH --mem=" not in script and "--exclusive" not in script  # plan's 2 GB dropped
+    assert mark.read_text().splitlines() == [fields["JobId"], "second line"]  # both lines ran

@@ -30,9 +30,9 @@ CFG = GARunConfig(
     function=FUNCTION,
     seed=3,
     rounds=3,
-    initial_generations=2,
+    round0_generations=2,
     generations_per_round=1,
-    ga=ga.GAConfig(num_particles=64, mutation_prob=0.05),
+    round0_ga=ga.GAConfig(num_particles=64, mutation_prob=0.05),
 )
 CLI_GA = [
     "ga",

@@ -38,6 +38,8 @@ from llome_jax.bench.plan import (
     parse_functions,
     parse_methods,
 )
+from llome_jax.host import compile_cache
+from llome_jax.host import threads as host_threads
 
 __all__ = [
     "DESCRIPTION",
@@ -200,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
+        # lazy: JAX; this module loads no JAX (bench/__init__.py), llome-jax --help stays fast
         from llome_jax.run.runner import Terminated
 
         try:
@@ -215,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
             return 143 if isinstance(stop, Terminated) else 130
         if helper or args.no_report:
             return 0  # a helper (the first process writes the report), or --no-report
-    from llome_jax.bench import report
+    from llome_jax.bench import report  # lazy: report reads runs with JAX (as above)
 
     report.write_report(out, args.scale, scale, report_plan, figures, total, archive)
     print(f"wrote {out / 'report.md'}")
@@ -256,8 +259,7 @@ def _run_share(
 ) -> bool:
     """Run (resume, skip) this process's share of the plan, with ``--workers - 1`` helpers,
     and the difficulty sweep; True for a helper process (which writes no report)."""
-    from llome_jax.bench import difficulty, execution
-    from llome_jax.host import compile_cache
+    from llome_jax.bench import difficulty, execution  # lazy: JAX and the optimizers (as above)
 
     scale = SCALES[args.scale]
     # one directory per worker process: JAX writes entries in place without a lock, so a
@@ -386,8 +388,6 @@ def start_workers(args: argparse.Namespace, workers: int) -> list[subprocess.Pop
 
 
 def _affinity() -> list[int]:
-    from llome_jax.host import threads as host_threads
-
     return host_threads.core_ids()
 
 

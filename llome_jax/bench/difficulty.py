@@ -19,6 +19,7 @@ import numpy as np
 
 from llome_jax import ehrlich, ga
 from llome_jax.bench.plan import Scale
+from llome_jax.bench.results import write_csv
 from llome_jax.ga import loop as ga_loop
 
 __all__ = ["REFERENCE", "VARIATIONS", "run_difficulty", "run_setting", "sweep_settings"]
@@ -73,8 +74,6 @@ def run_difficulty(scale: Scale, path: pathlib.Path) -> str:
     ``settings.json`` has none; each setting is a few seconds at smoke scale, under a minute at
     cpu scale, so the sweep restarts as a whole. Returns ``"new"`` for a first sweep."""
     import json
-
-    from llome_jax.bench.results import write_csv
 
     wanted = sweep_settings(scale)
     settings = path / "settings.json"

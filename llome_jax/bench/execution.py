@@ -75,10 +75,12 @@ def lambo_config(spec: RunSpec, scale: Scale, llome_cfg: Any):
         "instance_seed": llome_cfg.instance_seed,
         "rounds": scale.rounds,
         "seed": spec.seed,
-        "ga_generations": llome_cfg.ga_generations,
-        "ga_particles": llome_cfg.ga.num_particles,
-        "ga_mutation_prob": llome_cfg.ga.mutation_prob,
-        "num_samples": llome_cfg.filter.num_selected,
+        "round0_generations": llome_cfg.round0_generations,
+        "round0_ga": {
+            "num_particles": llome_cfg.round0_ga.num_particles,
+            "mutation_prob": llome_cfg.round0_ga.mutation_prob,
+        },
+        "labels_per_round": llome_cfg.labels_per_round,
     }
     return optimizer.preset(scale.lambo_preset, **overrides)
 
@@ -88,16 +90,16 @@ def ga_config(spec: RunSpec, scale: Scale, llome_cfg: Any):
     labels: ``round(j / n)`` generations a round, enough rounds for ``rounds x j`` labels."""
     from llome_jax.ga import optimizer as ga_optimizer
 
-    n, j = llome_cfg.ga.num_particles, llome_cfg.filter.num_selected
+    n, j = llome_cfg.round0_ga.num_particles, llome_cfg.labels_per_round
     per_round = max(1, round(j / n))
     rounds = max(1, math.ceil(scale.rounds * j / (per_round * n)))
     return ga_optimizer.GARunConfig().replace(
         function=spec.function,
         seed=spec.seed,
         rounds=rounds,
-        initial_generations=llome_cfg.ga_generations,
+        round0_generations=llome_cfg.round0_generations,
         generations_per_round=per_round,
-        ga={"num_particles": n, "mutation_prob": llome_cfg.ga.mutation_prob},
+        round0_ga={"num_particles": n, "mutation_prob": llome_cfg.round0_ga.mutation_prob},
     )
 
 
@@ -205,9 +207,9 @@ def benchmark_settings(spec: RunSpec, scale: Scale, llome_cfg: Any) -> dict[str,
         "instance_seed": llome_cfg.instance_seed,
         "seed": spec.seed,
         "rounds": scale.rounds,
-        "labels_per_round": int(llome_cfg.filter.num_selected),
-        "round0_generations": llome_cfg.ga_generations,
-        "round0_ga": llome_cfg.ga,
+        "labels_per_round": int(llome_cfg.labels_per_round),
+        "round0_generations": llome_cfg.round0_generations,
+        "round0_ga": llome_cfg.round0_ga,
         "accounting": llome_cfg.accounting,
     }
 

@@ -18,7 +18,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from llome_jax import ehrlich
+from llome_jax.llome.presets import preset
 from llome_jax.optimizers.local_search import LocalSearch, LocalSearchConfig, propose
+from llome_jax.run import runner
+from llome_jax.run.rundir import RunDirectory
 
 __all__ = ["LocalSearchResult", "config", "propose", "run", "run_directory_run", "seed_data"]
 
@@ -35,8 +39,6 @@ def config(
     preset_name: str = "cpu",
 ) -> LocalSearchConfig:
     """The plug-in's configuration of one run, round 0 from LLOME's ``preset_name`` preset."""
-    from llome_jax.llome.presets import preset
-
     llome = preset(preset_name, seed=seed)
     return LocalSearchConfig(
         function=function,
@@ -44,8 +46,8 @@ def config(
         seed=seed,
         rounds=rounds,
         labels_per_round=per_round,
-        round0_generations=llome.ga_generations,
-        round0_ga=llome.ga,
+        round0_generations=llome.round0_generations,
+        round0_ga=llome.round0_ga,
         accounting=accounting,
         incumbents=incumbents,
         mutations=mutations,
@@ -64,8 +66,6 @@ def seed_data(
     in the order the GA met them (``pay_once``: the distinct sequences, the public start
     sequence known, not paid, and not listed; ``every_evaluation``: ``n0 n`` labels)."""
     import jax
-
-    from llome_jax import ehrlich
 
     cfg = config(
         function, instance_seed, seed, 1, 1, accounting=accounting, preset_name=preset_name
@@ -96,9 +96,6 @@ def run(
     (replaced if it exists; a temporary one without it). With ``budget`` the run pays exactly
     that many labels after round 0 (``rounds`` is then a cap), as the optimizers' ``--budget``."""
     import shutil
-
-    from llome_jax.run import runner
-    from llome_jax.run.rundir import RunDirectory
 
     cfg = config(
         function,

@@ -160,7 +160,7 @@ SCALES: dict[str, Scale] = {
         # enough SFT in round 1 for the small model to write valid f2 sequences (~40 of 216)
         llome_overrides=(
             ("text_format", "compact"),
-            ("ga.num_particles", 200),
+            ("round0_ga.num_particles", 200),
             ("finetune.first_round_min_steps", 96),
             ("finetune.max_train_examples", 256),
             ("finetune.epochs", 2),
@@ -286,7 +286,7 @@ class RunSpec:
 
 def function_length(function: str) -> int:
     """The sequence length ``L`` of a named function (the cost model's key)."""
-    from llome_jax import ehrlich
+    from llome_jax import ehrlich  # lazy: JAX; this module loads no JAX (bench/__init__.py)
 
     return int(ehrlich.resolve_function(function).config.dim)
 
@@ -368,9 +368,9 @@ MAX_ROUNDS_FACTOR = 2
 
 def labels_per_round(scale: Scale) -> int:
     """``j``, the labels an LLOME or LaMBO-2 round pays at most (the scale's LLOME preset)."""
-    from llome_jax.llome.presets import preset
+    from llome_jax.llome.presets import preset  # lazy: JAX (as function_length)
 
-    return int(preset(scale.llome_preset, **dict(scale.llome_overrides)).filter.num_selected)
+    return int(preset(scale.llome_preset, **dict(scale.llome_overrides)).labels_per_round)
 
 
 def budget_after_round0(scale: Scale) -> int:
@@ -408,7 +408,7 @@ def registered_kind(method: str) -> str | None:
     """``registry:NAME`` for a method that is a registered optimizer's name outside the paper's
     methods (``llome_jax.optimizers.names()``: a user's own, an installed package's), else
     ``None``."""
-    from llome_jax import optimizers
+    from llome_jax import optimizers  # lazy: JAX (as function_length)
 
     builtin = {kind for kind, _ in (*METHODS.values(), *F2_METHODS.values())}
     if method in builtin or method not in optimizers.names():
@@ -431,7 +431,7 @@ def parse_methods(text: str | None) -> list[str]:
         elif registered_kind(part):
             out.append(part)
         else:
-            from llome_jax import optimizers
+            from llome_jax import optimizers  # lazy: JAX (as function_length)
 
             own = [n for n in optimizers.names() if registered_kind(n)]
             raise UsageError(

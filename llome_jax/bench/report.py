@@ -29,6 +29,8 @@ from llome_jax.bench.results import (
     regret_curves,
     write_csv,
 )
+from llome_jax.run.label_audit import label_audit, label_audit_summary
+from llome_jax.stats import smallest_p
 
 if TYPE_CHECKING:
     from llome_jax.run.label_audit import LabelAudit
@@ -226,8 +228,6 @@ def smallest_p_line(plan: Sequence[RunSpec]) -> str:
     such methods can reach p < 0.05."`` (the fewest seeds any method of the plan has)."""
     import math
 
-    from llome_jax.stats import smallest_p
-
     counts: dict[tuple[str, str], int] = {}
     for spec in plan:
         counts[spec.function, spec.method] = counts.get((spec.function, spec.method), 0) + 1
@@ -289,8 +289,6 @@ def write_report(
     Raises:
       ValueError: ``archive`` has no ``curves.csv``.
     """
-    from llome_jax.run.label_audit import label_audit, label_audit_summary
-
     stored: dict[str, ArchivedRun] = {} if archive is None else read_archive(archive)
     runs, stop_reasons, accountings, audits = {}, {}, {}, {}
     archived: dict[RunSpec, ArchivedRun] = {}

@@ -21,10 +21,13 @@ from typing import Any
 
 import numpy as np
 
+from llome_jax import ehrlich
 from llome_jax.bench import verdicts as vd
 from llome_jax.bench.plan import RunSpec, Scale, labels_per_round
 from llome_jax.bench.verdicts import Verdict
 from llome_jax.compare import curve_at
+from llome_jax.run.rundir import RunDirectory
+from llome_jax.stats import bootstrap_interval
 
 __all__ = [
     "ACCOUNTING_TEXT",
@@ -51,8 +54,6 @@ __all__ = [
 
 def read_rounds(path: pathlib.Path) -> list[dict]:
     """A run's ``rounds.jsonl`` records (a damaged line is named: ``RunDirectory.rounds``)."""
-    from llome_jax.run.rundir import RunDirectory
-
     return RunDirectory(path).rounds()
 
 
@@ -194,8 +195,6 @@ def regret_curves(
     :func:`llome_jax.compare.curve_at` reads it at exactly a label count, not at the last round
     before it. An ``archived`` run's curve is its ``steps.csv`` curve where the archive has one,
     else its rounds."""
-    from llome_jax.run.rundir import RunDirectory
-
     curves: dict[str, list] = {}
     for spec, records in runs.items():
         points = [
@@ -254,8 +253,6 @@ def median_ci(values: Sequence[float | None]) -> tuple[float | None, float | Non
     """The median's 95 % percentile bootstrap interval over runs (``llome_jax.stats``: 10,000
     resamples, seed 0, so a redraw gives the same numbers); ``None`` where a value is missing or
     there is none."""
-    from llome_jax.stats import bootstrap_interval
-
     if not len(values) or any(v is None for v in values):
         return None, None
     return bootstrap_interval([float(v) for v in values if v is not None])
@@ -301,8 +298,6 @@ ACCOUNTING_TEXT = {
 
 def quantization_of(function: str) -> int:
     """The function's quantisation ``q`` (its motif length where unquantised)."""
-    from llome_jax import ehrlich
-
     config = ehrlich.resolve_function(function).config
     return int(config.quantization or config.motif_length)
 

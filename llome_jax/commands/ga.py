@@ -63,7 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "= LLOME's j).",
     )
     rounds.add_argument(
-        "--initial-generations", type=int, default=None, help="n0, generations of round 0 (10)"
+        "--initial-generations",
+        type=int,
+        default=None,
+        help="n0, generations of round 0: round0_generations (10)",
     )
     rounds.add_argument(
         "--generations-per-round",
@@ -82,11 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 #: flags -> ``GARunConfig`` settings (round mode)
 _ROUND_FLAGS = {
-    "particles": "ga.num_particles",
-    "survival_quantile": "ga.survival_quantile",
-    "mutation_prob": "ga.mutation_prob",
-    "recombine_prob": "ga.recombine_prob",
-    "initial_generations": "initial_generations",
+    "particles": "round0_ga.num_particles",
+    "survival_quantile": "round0_ga.survival_quantile",
+    "mutation_prob": "round0_ga.mutation_prob",
+    "recombine_prob": "round0_ga.recombine_prob",
+    "initial_generations": "round0_generations",
     "generations_per_round": "generations_per_round",
     "labels_per_round": "labels_per_round",
 }

@@ -31,7 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "problem",
     )
     parser.add_argument(
-        "--num-samples", type=int, default=None, help="n, proposals per round (preset value)"
+        "--num-samples",
+        type=int,
+        default=None,
+        help="n, proposals per round: labels_per_round (preset value)",
     )
     parser.add_argument("--epochs", type=int, default=None, help="training epochs E (preset)")
     parser.add_argument(
@@ -68,7 +71,7 @@ def build_config(args: argparse.Namespace):  # -> Lambo2Config
         )
     args.preset = asked or saved.get("preset") or "cpu"
     if args.num_samples is not None:
-        overrides["num_samples"] = args.num_samples
+        overrides["labels_per_round"] = args.num_samples
     if args.epochs is not None:
         overrides["train"] = {"epochs": args.epochs}
     design: dict = {}

@@ -64,7 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--function's)",
     )
     parser.add_argument(
-        "--num-selected", type=int, default=None, help="j, labels per round (preset value)"
+        "--num-selected",
+        type=int,
+        default=None,
+        help="j, labels per round: labels_per_round (preset value)",
     )
     parser.add_argument(
         "--log-candidates",
@@ -98,7 +101,7 @@ def build_config(args: argparse.Namespace):  # -> LoopConfig
     if args.weights is not None:
         flags["weights"] = args.weights
     if args.num_selected is not None:
-        flags["num_selected"] = args.num_selected
+        flags["labels_per_round"] = args.num_selected
     base = preset(name, schedule=schedule_for_loss("marge"))
     cfg = apply_settings(args, "llome", base, flags, upgrade=Llome.upgrade_config)
     if name == "cpu-pretrained" and not args.resume:

@@ -83,6 +83,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     resources.add_argument(
         "--min-minutes", type=int, default=10, help="the shortest time limit (slurm)"
     )
+    resources.add_argument(
+        "--max-minutes",
+        type=int,
+        default=None,
+        help="the longest time limit (slurm; e.g. the partition's MaxTime): each run's is capped "
+        "at it, and runs estimated longer are refused before anything is submitted",
+    )
     engines = parser.add_argument_group("executors")
     engines.add_argument(
         "--workers",
@@ -100,7 +107,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="slurm: another submitit slurm_KEY parameter (account=..., qos=..., "
-        "constraint=...); repeatable",
+        "constraint=..., exclusive=true, mem_per_gpu=40G (then no --mem), time=MINUTES for "
+        "every run); a value in [...] is a YAML list ('setup=[module load cuda, source "
+        ".venv/bin/activate]'), in {...} a mapping ('additional_parameters={comment: llome}'); "
+        "repeatable",
     )
     engines.add_argument(
         "--submitit-cluster",
@@ -178,14 +188,21 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         names = plan.select(patterns)
         changed = driver.check_changes(plan, out, names, args.rerun_changed)
-        print_plan(plan, out, names, args, changed)
+        engine = None
+        if args.executor == "slurm":  # its time limits and cap (submitit not needed)
+            from llome_jax.sweep.engines import SubmititExecutor
+
+            engine = SubmititExecutor(out / "sweep" / "submitit", **_slurm_options(args))
+        print_plan(plan, out, names, args, changed, engine)
+        if engine is not None:  # refused as the run would be: exit 2
+            engine.check([n for n in names if n in changed or not driver.finished(out, n)], plan)
         return 0
     if args.report_only:
         out.mkdir(parents=True, exist_ok=True)
         driver.write_sweep_report(plan, out.resolve(), args.executor)
         print(f"wrote {out / 'report.md'}")
         return 0
-    options = _executor_options(args)
+    options = _executor_options(args)  # the slurm cap: refused in run_sweep, nothing written
     result = driver.run_sweep(
         plan,
         out,
@@ -213,27 +230,54 @@ def _executor_options(args: argparse.Namespace) -> dict:
     if args.executor == "local":
         return {"workers": args.workers}
     if args.executor == "slurm":
-        slurm = _pairs(args.slurm, "--slurm")
-        if args.partition:
-            slurm["partition"] = args.partition
-        return {
-            "cluster": args.submitit_cluster,
-            "margin": args.time_margin,
-            "min_minutes": args.min_minutes,
-            "parallelism": args.workers,
-            "slurm": slurm,
-        }
+        return {"cluster": args.submitit_cluster, **_slurm_options(args)}
     if args.executor == "ray":
         return {"address": args.ray_address}
     return {}
 
 
+def _slurm_options(args: argparse.Namespace) -> dict:
+    """The slurm executor's options from ``--slurm`` (values read as YAML:
+    :func:`~llome_jax.sweep.cluster_settings.parse_slurm_options`), ``--partition``,
+    ``--time-margin``, ``--min-minutes``, ``--max-minutes`` and ``--workers``.
+
+    Raises:
+      UsageError: a bad ``--slurm`` value; ``--mem-gb`` beside ``--slurm mem_per_gpu`` or
+        ``mem_per_cpu`` (sbatch refuses ``--mem`` beside them).
+    """
+    from llome_jax.bench.plan import UsageError
+    from llome_jax.sweep.cluster_settings import MEMORY_KEYS, parse_slurm_options
+
+    slurm = parse_slurm_options(args.slurm)
+    given = [key for key in MEMORY_KEYS if key in slurm]
+    if given and args.mem_gb is not None:
+        raise UsageError(
+            f"--mem-gb and --slurm {given[0]} both ask for memory (sbatch refuses --mem beside "
+            f"--{given[0].replace('_', '-')}); give one"
+        )
+    if args.partition:
+        slurm["partition"] = args.partition
+    return {
+        "margin": args.time_margin,
+        "min_minutes": args.min_minutes,
+        "max_minutes": args.max_minutes,
+        "parallelism": args.workers,
+        "slurm": slurm,
+    }
+
+
 def print_plan(
-    plan, out, names: list[str], args: argparse.Namespace, changed: dict | None = None
+    plan,
+    out,
+    names: list[str],
+    args: argparse.Namespace,
+    changed: dict | None = None,
+    engine=None,
 ) -> None:
-    """``--dry-run``: each selected run with its kind, resources, time limit, estimated minutes
-    and state (``rerun``: a finished run another plan made, ``changed``, run again), then the
-    estimated wall time on ``--workers`` workers (longest runs first)."""
+    """``--dry-run``: each selected run with its kind, resources, time limit (``engine``'s, the
+    slurm executor's, when given), estimated minutes and state (``rerun``: a finished run
+    another plan made, ``changed``, run again), then the estimated wall time on ``--workers``
+    workers (longest runs first)."""
     from llome_jax.sweep.driver import finished
 
     changed = changed or {}
@@ -250,7 +294,11 @@ def print_plan(
         spec = plan.spec(name)
         need = plan.resources_for(name)
         memory = "" if need.mem_gb is None else f" {need.mem_gb:g} GB"
-        limit = plan.time_limit_minutes(name, args.time_margin, args.min_minutes)
+        limit = (
+            engine.minutes(name, plan)
+            if engine is not None
+            else plan.time_limit_minutes(name, args.time_margin, args.min_minutes)
+        )
         state = "rerun" if name in changed else "todo" if todo(name) else "done"
         print(
             f"  {name:45s} {spec.kind if spec else 'ga':7s} {plan.seconds(name) / 60:8.1f} min  "

@@ -46,6 +46,9 @@ from typing import Any
 
 import numpy as np
 
+from llome_jax import ehrlich
+from llome_jax.objective import Objective, ehrlich_objective
+
 __all__ = [
     "AMINO_ACIDS",
     "BlackBoxInformation",
@@ -186,8 +189,6 @@ class EhrlichBlackBox:
         return_value_on_unfeasible: float = -math.inf,
         instance_seed: int | None = None,
     ) -> None:
-        from llome_jax.objective import Objective, ehrlich_objective
-
         if isinstance(function, str):
             objective = ehrlich_objective(function, instance_seed)
         elif isinstance(function, Objective):
@@ -286,7 +287,6 @@ class EhrlichBlackBox:
         """An optimum ``[1, L]`` (``ehrlich.optimal_solution``; Ehrlich functions only)."""
         if not self.objective.is_ehrlich:
             raise ValueError("optimal_solution is known for Ehrlich functions only.")
-        from llome_jax import ehrlich
 
         return decode(
             np.asarray(ehrlich.optimal_solution(self.objective.ehrlich))[None], self.alphabet
@@ -345,8 +345,6 @@ def objective_from_black_box(
     Raises:
       ValueError: no alphabet or length can be found, or the start sequence is not in it.
     """
-    from llome_jax.objective import Objective
-
     info = getattr(black_box, "info", None)
     if alphabet is None:
         alphabet = getattr(info, "alphabet", None)

@@ -181,3 +181,17 @@ def check_instance_seed(instance_seed: Any) -> int:
             f"{MAX_INSTANCE_SEED:,}"
         )
     return seed
+
+
+#: A Rough Mt. Fuji function name (``rmf``, ``RMF(...)``): the resolvers of every function spec
+#: (Ehrlich's, Rough Mt. Fuji's, the objective's) ask here, so that ``llome_jax.ehrlich`` need
+#: not import ``llome_jax.rough_mt_fuji`` to tell the two apart.
+_RMF_SPEC_RE = re.compile(r"^\s*(rmf|RMF\s*\(.*\))\s*$", re.IGNORECASE)
+
+
+def is_rmf_name(spec: Any) -> bool:
+    """Whether ``spec`` is meant as a Rough Mt. Fuji function (``rmf``, ``RMF(...)``), valid
+    or not (a malformed one then gets RMF's own error from
+    :func:`llome_jax.rough_mt_fuji.resolve_function`). Re-exported as
+    ``llome_jax.rough_mt_fuji.is_rmf_name``."""
+    return isinstance(spec, str) and _RMF_SPEC_RE.match(spec) is not None

@@ -26,6 +26,7 @@ from llome_jax.ehrlich.config import (
     EhrlichConfig,
     InvalidEhrlichNameError,
     check_instance_seed,
+    is_rmf_name,
 )
 from llome_jax.ehrlich.dispatch import validate_tokens
 from llome_jax.ehrlich.function import Ehrlich, from_holo, make
@@ -150,7 +151,9 @@ def resolve_function(spec: str, instance_seed: int | None = None) -> Ehrlich:
         ``instance_seed`` outside ``[0, 2**31)`` (:func:`check_instance_seed`).
       FileNotFoundError: a ``.json`` path that does not exist.
     """
-    if _is_rmf(spec):
+    if is_rmf_name(spec):
+        # lazy: llome_jax.rough_mt_fuji imports llome_jax.ehrlich (dispatch, config), whose
+        # __init__ imports this module
         from llome_jax.rough_mt_fuji import instances as rmf
 
         return rmf.resolve_function(spec, instance_seed)  # type: ignore[return-value]
@@ -194,13 +197,6 @@ def _sampled_initial_solution(config: EhrlichConfig, instance_seed: int) -> jax.
     return initial_solution(key, fn, 1)[0]
 
 
-def _is_rmf(spec: Any) -> bool:
-    """A Rough Mt. Fuji name (``llome_jax.rough_mt_fuji.is_rmf_name``)."""
-    from llome_jax.rough_mt_fuji.instances import is_rmf_name
-
-    return is_rmf_name(spec)
-
-
 def _read_instance(path: str) -> dict:
     file = pathlib.Path(path)
     if not file.is_file():
@@ -217,7 +213,9 @@ def resolve_initial_solution(spec: str, instance_seed: int | None = None) -> jax
     stationary law keyed by the instance seed (like holo's ``initial_solution()``, a property of
     the function, not of the run). int32 ``[L]``.
     """
-    if _is_rmf(spec):
+    if is_rmf_name(spec):
+        # lazy: llome_jax.rough_mt_fuji imports llome_jax.ehrlich (dispatch, config), whose
+        # __init__ imports this module
         from llome_jax.rough_mt_fuji import instances as rmf
 
         return jnp.asarray(rmf.resolve_initial_solution(spec, instance_seed))
@@ -277,7 +275,9 @@ def function_digest(spec: str, instance_seed: int | None = None) -> str:
     Raises:
       ValueError / FileNotFoundError: as :func:`resolve_function`.
     """
-    if _is_rmf(spec):
+    if is_rmf_name(spec):
+        # lazy: llome_jax.rough_mt_fuji imports llome_jax.ehrlich (dispatch, config), whose
+        # __init__ imports this module
         from llome_jax.rough_mt_fuji import instances as rmf
 
         return rmf.function_digest(spec, instance_seed)

@@ -45,8 +45,8 @@ import dataclasses
 import functools
 import pathlib
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
 
 import jax
 import numpy as np
@@ -55,8 +55,12 @@ from llome_jax import configs, ga
 from llome_jax.ga import loop as ga_loop
 from llome_jax.metrics import frac_unique, regret, round_metrics
 from llome_jax.objective import Objective
-from llome_jax.optimizers.base import AskTellOptimizer, LabelledData, first_unlabelled
-from llome_jax.oracle import check_contract_settings
+from llome_jax.optimizers.base import (
+    AskTellOptimizer,
+    BenchmarkSettings,
+    LabelledData,
+    first_unlabelled,
+)
 from llome_jax.run.migrations import GA_MIGRATIONS
 from llome_jax.run.runner import RunResult, progress_text
 from llome_jax.run.runner import run as run_rounds
@@ -77,71 +81,53 @@ MAX_GENERATIONS_PER_ROUND = 50
 
 
 @dataclasses.dataclass(frozen=True)
-class GARunConfig:
-    """A GA run under the round driver.
+class GARunConfig(BenchmarkSettings):
+    """A GA run under the round driver: the shared settings
+    (:class:`~llome_jax.optimizers.base.BenchmarkSettings`) and the GA's own.
 
     Attributes:
       function / instance_seed: the Ehrlich function (``ehrlich.resolve_function``) [f2].
       seed: run seed. rounds: rounds after round 0 [10].
-      initial_generations: ``n0``, the generations of round 0 [10].
+      round0_generations: ``n0``, the generations of round 0 [10].
+      round0_ga: the GA's settings (population ``n``, ``alpha``, ``p_m``, ``p_r``; the paper's
+        defaults): round 0's GA, which every later round continues.
       generations_per_round: ``G``: with ``every_evaluation``, the generations of every later
         round; with ``pay_once``, a round pays ``G n`` new labels [2: 2,000] unless
         ``labels_per_round`` is given.
       labels_per_round: exactly the new labels a round pays (its generations run until it has;
         the generation that completes it labels only what is left and is drawn again by the
         next round, which pays only the rest) [``None``: at least ``G n``, whole generations].
-      ga: the GA's settings (population ``n``, ``alpha``, ``p_m``, ``p_r``; the paper's defaults).
       accounting: ``"pay_once"`` or ``"every_evaluation"`` (the paper's; module docstring).
       constraint_queries: ``"off"`` or ``"free"`` (the GA asks no constraint query either way).
 
-    ``round0_generations`` and ``round0_ga`` (the names every optimizer's round 0 shares,
-    :class:`~llome_jax.optimizers.base.BenchmarkSettings`) read ``initial_generations`` and
-    ``ga``: the GA continues round 0's GA.
+    Old names (``config_version`` 2 and before): ``initial_generations`` is
+    ``round0_generations``, ``ga`` is ``round0_ga`` (accepted with a note).
     """
 
-    function: str = "f2"
-    instance_seed: int | None = None
-    seed: int = 0
-    rounds: int = 10
-    initial_generations: int = 10
-    generations_per_round: int = 2
-    ga: ga.GAConfig = dataclasses.field(default_factory=ga.GAConfig)
-    accounting: str = "pay_once"
-    constraint_queries: str = "off"
+    RENAMED_SETTINGS: ClassVar[Mapping[str, str]] = {
+        "initial_generations": "round0_generations",
+        "ga": "round0_ga",
+    }
+
     labels_per_round: int | None = None
+    generations_per_round: int = 2
 
     def __post_init__(self) -> None:
-        for name in ("rounds", "initial_generations", "generations_per_round"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer; got {value!r}")
-        labels = self.labels_per_round
-        if labels is not None and (
-            isinstance(labels, bool) or not isinstance(labels, int) or labels < 1
-        ):
-            raise ValueError(f"labels_per_round must be a positive integer; got {labels!r}")
-        check_contract_settings(self.accounting, self.constraint_queries)
+        super().__post_init__()
+        value = self.generations_per_round
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"generations_per_round must be a positive integer; got {value!r}")
 
     @property
     def round_labels(self) -> int:
         """The new labels a round pays: ``labels_per_round`` or ``G n``."""
         if self.labels_per_round is not None:
             return self.labels_per_round
-        return self.generations_per_round * self.ga.num_particles
-
-    @property
-    def round0_generations(self) -> int:
-        """``initial_generations`` under the name every optimizer's round 0 shares."""
-        return self.initial_generations
-
-    @property
-    def round0_ga(self) -> ga.GAConfig:
-        """``ga`` under the name every optimizer's round 0 shares."""
-        return self.ga
+        return self.generations_per_round * self.round0_ga.num_particles
 
     def replace(self, **overrides: Any) -> GARunConfig:
-        """This configuration with settings replaced (dotted keys such as ``ga.num_particles``
-        or nested dicts; ``llome_jax.configs.override``)."""
+        """This configuration with settings replaced (dotted keys such as
+        ``round0_ga.num_particles`` or nested dicts; ``llome_jax.configs.override``)."""
         return configs.override(self, overrides)
 
     def to_dict(self) -> dict[str, Any]:
@@ -196,9 +182,9 @@ class GeneticAlgorithm(AskTellOptimizer):
             instance_seed=1,
             seed=0,
             rounds=2,
-            initial_generations=3,
+            round0_generations=3,
             generations_per_round=1,
-            ga=ga.GAConfig(num_particles=32, mutation_prob=0.05),
+            round0_ga=ga.GAConfig(num_particles=32, mutation_prob=0.05),
         )
         return small.replace(**overrides)
 
@@ -221,7 +207,7 @@ class GeneticAlgorithm(AskTellOptimizer):
         if data.round0 is not None:
             return GARoundState(data.round0.ga_state, data.round0.run_key)
         k = jax.random.key(0)
-        cfg, num_states = self.cfg.ga, self.objective.num_states
+        cfg, num_states = self.cfg.round0_ga, self.objective.num_states
         return GARoundState(ga.init(k, self.x0, cfg, num_states, 0.0), jax.random.split(k)[1])
 
     def _population(self, state: GARoundState) -> np.ndarray:
@@ -229,7 +215,7 @@ class GeneticAlgorithm(AskTellOptimizer):
         of the run key's split)."""
         g = int(state.ga_state.generation)
         key = ga_loop.generation_keys(state.run_key, g, g + 1)[0]
-        population = _ask_jit(key, state.ga_state, self.cfg.ga, self.objective.num_states)
+        population = _ask_jit(key, state.ga_state, self.cfg.round0_ga, self.objective.num_states)
         return np.asarray(population, np.int32)
 
     def ask(
@@ -308,7 +294,8 @@ class GeneticAlgorithm(AskTellOptimizer):
         return self._record(particles, labels, state, best)
 
     def round0_description(self) -> str:
-        return f"GA, {self.cfg.initial_generations} generations of {self.cfg.ga.num_particles}"
+        cfg = self.cfg
+        return f"GA, {cfg.round0_generations} generations of {cfg.round0_ga.num_particles}"
 
     def round_line(self, record: Any) -> str:
         return (

@@ -6,13 +6,14 @@ Re-exported by :mod:`llome_jax.lambo2.optimizer`, where the plug-in that runs it
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-from llome_jax import configs, ga
+from llome_jax import configs
 from llome_jax.lambo2 import design as lambo_design
 from llome_jax.lambo2 import model as lambo_model
 from llome_jax.lambo2 import train as lambo_train
-from llome_jax.oracle import check_contract_settings
+from llome_jax.optimizers.base import BenchmarkSettings
 
 __all__ = ["KEY_DERIVATIONS", "PRESETS", "Lambo2Config", "preset"]
 
@@ -22,17 +23,19 @@ KEY_DERIVATIONS = ("shared", "v1")
 
 
 @dataclasses.dataclass(frozen=True)
-class Lambo2Config:
-    """Everything that defines a LaMBO-2 run (static, hashable, JSON-serialisable).
+class Lambo2Config(BenchmarkSettings):
+    """Everything that defines a LaMBO-2 run (static, hashable, JSON-serialisable): the shared
+    settings (:class:`~llome_jax.optimizers.base.BenchmarkSettings`) and LaMBO-2's own.
 
     Attributes:
       function / instance_seed: the Ehrlich function (``f1``..``f4``, a paper name, or
         ``Ehr(v,L)-c-k-q`` with ``instance_seed``).
       seed: run seed (GA, model init, samplers, design).
       rounds: LaMBO-2 rounds ``R`` after the GA seed rounds.
-      num_samples: ``n`` proposals (oracle calls) per round.
+      labels_per_round: ``n`` proposals (oracle calls) per round [2000].
       alpha: FFT expansion factor (paper 0.25: top ``alpha n`` seeds tiled).
-      ga_generations / ga_particles: the GA pre-solver (paper 10 x 1000).
+      round0_generations / round0_ga: the GA pre-solver (paper 10 generations of 1000,
+        mutation 0.005; LLOME's round 0, so that both can start from one).
       model_preset / model_overrides: :meth:`ModelConfig.preset` name and field overrides.
       train / design: :class:`TrainConfig`, :class:`DesignConfig`.
       warm_start: each round's fit starts from the previous round's fitted weights (fresh Adam
@@ -44,58 +47,38 @@ class Lambo2Config:
         ``llome_jax.oracle``.
       constraint_queries: "off" (default: no ``is_feasible`` call) or "free": proposals are
         screened with ``is_feasible`` (counted) and infeasible ones are not labelled.
-      ga_mutation_prob: the GA pre-solver's ``p_m`` (LLOME's ``ga.mutation_prob``, so that both
-        can start from one round 0).
       keys: how the run key is split. ``"shared"`` (default): round 0's GA draws from
         ``runner.round0_key`` like every other optimizer's (same seed, same seed sequences),
         and round ``r`` from ``fold_in(fold_in(key, 4), r)``; ``"v1"``: the derivation of runs
         made before one round 0 (GA ``fold_in(fold_in(key, 0), 0)``, round ``r``
         ``fold_in(key, r)``), so that those resume as they ran.
+
+    Old names (``config_version`` 6 and before): ``num_samples`` is ``labels_per_round``,
+    ``ga_generations`` ``round0_generations``, ``ga_particles`` ``round0_ga.num_particles`` and
+    ``ga_mutation_prob`` ``round0_ga.mutation_prob`` (accepted with a note).
     """
 
-    function: str = "f2"
-    instance_seed: int | None = None
-    seed: int = 0
-    rounds: int = 10
-    num_samples: int = 2000
+    RENAMED_SETTINGS: ClassVar[Mapping[str, str]] = {
+        "num_samples": "labels_per_round",
+        "ga_generations": "round0_generations",
+        "ga_particles": "round0_ga.num_particles",
+        "ga_mutation_prob": "round0_ga.mutation_prob",
+    }
+
     alpha: float = 0.25
-    ga_generations: int = 10
-    ga_particles: int = 1000
     model_preset: str = "paper"
     model_overrides: tuple[tuple[str, Any], ...] = ()
     train: lambo_train.TrainConfig = dataclasses.field(default_factory=lambo_train.TrainConfig)
     design: lambo_design.DesignConfig = dataclasses.field(default_factory=lambo_design.DesignConfig)
     warm_start: bool = False
-    accounting: str = "pay_once"
-    constraint_queries: str = "off"
-    ga_mutation_prob: float = 0.005
     keys: str = "shared"
 
     def __post_init__(self) -> None:
-        check_contract_settings(self.accounting, self.constraint_queries)
+        super().__post_init__()
         if self.keys not in KEY_DERIVATIONS:
             raise ValueError(f"keys must be one of {KEY_DERIVATIONS}; got {self.keys!r}.")
-        for name in ("rounds", "num_samples", "ga_generations"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}.")
         if not self.alpha > 0:
             raise ValueError(f"alpha must be positive, got {self.alpha!r}.")
-
-    @property
-    def round0_generations(self) -> int:
-        """``ga_generations`` under the name every optimizer's round 0 shares."""
-        return self.ga_generations
-
-    @property
-    def round0_ga(self) -> ga.GAConfig:
-        """Round 0's GA: ``ga_particles`` particles, mutation ``ga_mutation_prob``."""
-        return ga.GAConfig(num_particles=self.ga_particles, mutation_prob=self.ga_mutation_prob)
-
-    @property
-    def labels_per_round(self) -> int:
-        """``num_samples`` under the name every optimizer shares."""
-        return self.num_samples
 
     def model_config(self, num_states: int, length: int) -> lambo_model.ModelConfig:
         return lambo_model.ModelConfig.preset(
@@ -126,11 +109,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         # smoke runs of the three optimizers compare (``llome-jax compare``)
         "function": "Ehr(8,8)-2-2-2",
         "instance_seed": 1,
-        "num_samples": 32,
+        "labels_per_round": 32,
         "rounds": 2,
-        "ga_generations": 2,
-        "ga_particles": 200,
-        "ga_mutation_prob": 0.1,
+        "round0_generations": 2,
+        "round0_ga": {"num_particles": 200, "mutation_prob": 0.1},
         "model_preset": "tiny",
         "train": {"epochs": 2, "batch_size": 16},
         "design": {"num_steps": 4, "num_mutations": 2, "guidance_updates": 2},

@@ -214,7 +214,7 @@ def propose(
     t1 = time.perf_counter()
     stats = lambo_design.RegressorStats(jnp.float32(data.y_mean), jnp.float32(data.y_std))
     seed_index = lambo_seeds.select_design_seeds(
-        history.x, history.y, history.t, cfg.num_samples, cfg.alpha
+        history.x, history.y, history.t, cfg.labels_per_round, cfg.alpha
     )
     seeds = history.x[seed_index]
     best = lambo_design.best_values(mc, params, stats, seeds, cfg.design.use_constraints)
@@ -310,8 +310,8 @@ class Lambo2(AskTellOptimizer):
         small = preset(
             "smoke",
             rounds=2,
-            num_samples=16,
-            ga_particles=32,
+            labels_per_round=16,
+            round0_ga={"num_particles": 32},
             model_overrides=(("ensemble_size", 1), ("num_blocks", 1)),
             **{"train.epochs": 1, "design.num_steps": 1, "design.guidance_updates": 1},
         )
@@ -328,9 +328,9 @@ class Lambo2(AskTellOptimizer):
                 f"design.num_mutations={cfg.design.num_mutations} edit positions per step exceed "
                 f"the sequence length L={self.mc.length} of {self.problem}."
             )
-        if mesh is not None and cfg.num_samples % mesh.size:
+        if mesh is not None and cfg.labels_per_round % mesh.size:
             raise ValueError(
-                f"num_samples={cfg.num_samples} is not divisible by the {mesh.size} mesh devices."
+                f"labels_per_round={cfg.labels_per_round} is not divisible by the {mesh.size} mesh devices."
             )
         self.abstract = jax.eval_shape(
             lambda k: lambo_model.init_params(k, self.mc), jax.random.key(0)
@@ -438,7 +438,7 @@ class Lambo2(AskTellOptimizer):
             proposals,
             y,
             history.y,
-            num_generated=self.cfg.num_samples,
+            num_generated=self.cfg.labels_per_round,
             optimal_value=self.objective.optimal_value,
             worst_value=self.objective.worst_value,
         )
@@ -466,7 +466,8 @@ class Lambo2(AskTellOptimizer):
         return self.restored_state(done, inner, metadata)
 
     def round0_description(self) -> str:
-        return f"GA {self.cfg.ga_generations}x{self.cfg.ga_particles}, initial fit"
+        cfg = self.cfg
+        return f"GA {cfg.round0_generations}x{cfg.round0_ga.num_particles}, initial fit"
 
     def round_line(self, record: Mapping[str, Any]) -> str:
         return (
@@ -502,4 +503,4 @@ def run(
 def expected_oracle_calls(cfg: Lambo2Config) -> int:
     """``n0 * n_GA + R n``: the run's total oracle budget under the paper's accounting
     (``every_evaluation``; paper: 10K + 20K on f2); ``pay_once`` pays at most this."""
-    return cfg.ga_generations * cfg.ga_particles + cfg.rounds * cfg.num_samples
+    return cfg.round0_generations * cfg.round0_ga.num_particles + cfg.rounds * cfg.labels_per_round

@@ -13,14 +13,14 @@ import json
 import math
 import pathlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from llome_jax import configs
-from llome_jax.ga import GAConfig
 from llome_jax.llome.data import PropEnConfig
 from llome_jax.llome.filter import FilterConfig
 from llome_jax.llome.refine import RefineConfig
 from llome_jax.llome.temperature import DEFAULT_TEMPERATURES
+from llome_jax.optimizers.base import BenchmarkSettings
 from llome_jax.training.loss_registry import LOSS_SPECS
 
 #: Outputs one round of the paper's refinement generates: n_s = 200 seeds x n_i = 10 iterations x
@@ -257,11 +257,12 @@ class FinetuneConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class LoopConfig:
-    """Static configuration of a LLOME run (hashable; see ``llome_jax.llome.presets``).
+class LoopConfig(BenchmarkSettings):
+    """Static configuration of a LLOME run (hashable; see ``llome_jax.llome.presets``): the
+    shared settings (:class:`~llome_jax.optimizers.base.BenchmarkSettings`) and LLOME's own.
 
     The phases of a round have their own configurations, the ones their functions take:
-    ``ga`` (:class:`~llome_jax.ga.GAConfig`, round 0), ``propen``
+    ``round0_ga`` (:class:`~llome_jax.ga.GAConfig`, round 0), ``propen``
     (:class:`~llome_jax.llome.data.PropEnConfig`, DatasetFormatting), ``finetune``
     (:class:`FinetuneConfig`), ``refine`` (:class:`~llome_jax.llome.refine.RefineConfig`,
     IterativeRefinement) and ``filter`` (:class:`~llome_jax.llome.filter.FilterConfig`). Replace
@@ -273,7 +274,11 @@ class LoopConfig:
       schedule: loss per round, ``(("sft", 1), ("marge", 9))``; past its end the last loss repeats
         (``replace`` also accepts the string ``"sft:1,marge:9"``).
       rounds: LLOME rounds ``T`` [10]. seed: run seed (GA, init, every sampling step).
-      ga_generations: ``n0`` [10]; ``ga``: the GA [1000 particles, mutation 0.005].
+      labels_per_round: ``j`` [2000], the sequences the Filter labels a round. It is the one
+        name of ``j``: ``filter.num_selected``, which the Filter step reads, is derived from it
+        (never written to ``config.json``; given as a setting it sets ``labels_per_round``).
+      round0_generations: ``n0`` [10]; ``round0_ga``: round 0's GA [1000 particles, mutation
+        0.005].
       model: ``PythiaConfig`` preset name for a from-scratch model, with ``model_overrides``;
         ``weights``: a GPT-NeoX directory for ``from_pretrained`` (its tokenizer too) instead.
       text_format: how sequences are written for the model: "list", the paper's JSON list
@@ -315,13 +320,15 @@ class LoopConfig:
       preset: the preset the configuration came from (recorded).
     """
 
-    function: str = "f2"
-    instance_seed: int | None = None
+    #: old names (``config_version`` 7 and before) -> today's
+    RENAMED_SETTINGS: ClassVar[Mapping[str, str]] = {
+        "ga_generations": "round0_generations",
+        "ga": "round0_ga",
+        "filter.num_selected": "labels_per_round",
+    }
+    DERIVED_SETTINGS: ClassVar[tuple[str, ...]] = ("filter.num_selected",)
+
     schedule: tuple[tuple[str, int], ...] = (("sft", 1), ("marge", 9))
-    rounds: int = 10
-    seed: int = 0
-    ga_generations: int = 10
-    ga: GAConfig = dataclasses.field(default_factory=GAConfig)
     model: str = "small"
     model_overrides: tuple[tuple[str, Any], ...] = ()
     weights: str | None = None
@@ -341,18 +348,16 @@ class LoopConfig:
     min_unique_candidates: int | None = None
     min_unique_rule: str = "scaled"
     data_parallel: bool = False
-    accounting: str = "pay_once"
-    constraint_queries: str = "off"
     preset: str = "custom"
 
     def __post_init__(self) -> None:
-        from llome_jax.oracle import check_contract_settings
-
-        check_contract_settings(self.accounting, self.constraint_queries)
-        for name in ("rounds", "ga_generations", "num_seeds"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer; got {value!r}")
+        super().__post_init__()
+        if self.filter.num_selected != self.labels_per_round:  # derived: labels_per_round's copy
+            synced = dataclasses.replace(self.filter, num_selected=self.labels_per_round)
+            object.__setattr__(self, "filter", synced)
+        value = self.num_seeds
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"num_seeds must be a positive integer; got {value!r}")
         if not self.schedule:
             raise ValueError("the loss schedule is empty")
         for name, count in self.schedule:
@@ -376,21 +381,6 @@ class LoopConfig:
     def loss(self, round_index: int) -> str:
         """Loss of round ``round_index`` (1-based)."""
         return loss_for_round(self.schedule, round_index)
-
-    @property
-    def round0_generations(self) -> int:
-        """``ga_generations`` under the name every optimizer's round 0 shares."""
-        return self.ga_generations
-
-    @property
-    def round0_ga(self) -> GAConfig:
-        """``ga`` under the name every optimizer's round 0 shares."""
-        return self.ga
-
-    @property
-    def labels_per_round(self) -> int:
-        """``filter.num_selected`` (``j``) under the name every optimizer shares."""
-        return self.filter.num_selected
 
     @property
     def outputs_per_round(self) -> int:
@@ -436,8 +426,8 @@ class LoopConfig:
 #: where each lives now: ``LoopConfig.replace`` and ``presets.preset`` accept them (an old run
 #: directory's flat ``config.json`` is read by ``llome_jax.run.migrations``).
 FLAT_KEYS: dict[str, str] = {
-    "ga_particles": "ga.num_particles",
-    "ga_mutation_prob": "ga.mutation_prob",
+    "ga_particles": "round0_ga.num_particles",
+    "ga_mutation_prob": "round0_ga.mutation_prob",
     **{f.name: f"finetune.{f.name}" for f in dataclasses.fields(FinetuneConfig)},
     "num_neighbours": "propen.num_neighbours",
     "max_distance": "propen.max_distance",
@@ -450,7 +440,7 @@ FLAT_KEYS: dict[str, str] = {
     "generation_batch_size": "refine.batch_size",
     "next_input": "refine.next_input",
     "selection_likelihood": "refine.selection_likelihood",
-    "num_selected": "filter.num_selected",
+    "num_selected": "labels_per_round",
 }
 
 

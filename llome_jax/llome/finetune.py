@@ -23,11 +23,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from llome_jax.host import parallel
+from llome_jax.llome import selection
 from llome_jax.llome.config import LoopConfig
-from llome_jax.llome.data import random_bits
+from llome_jax.llome.data import preference_triples, propen_pairs, random_bits
 from llome_jax.llome.runtime import Runtime, model_with
+from llome_jax.lm.pythia import Pythia
 from llome_jax.run.runner import progress_bar
-from llome_jax.training.loss_registry import loss_spec
+from llome_jax.training.dataset_logprobs import compute_logprobs
+from llome_jax.training.loss_inputs import LossBatch
+from llome_jax.training.loss_registry import get_loss, loss_spec
+from llome_jax.training.optimizer import make_optimizer, paper_optimizer
+from llome_jax.training.step import TrainBatch, TrainState, make_eval_step, make_train_step
+from llome_jax.types import SeqLogProbs
 
 __all__ = [
     "batch_of_units",
@@ -49,8 +57,6 @@ def optimizer_config(cfg: LoopConfig, loss: str, total_steps: int, round_index: 
     """The optax optimizer settings of a round of ``loss`` over ``total_steps`` steps
     (``train_optimizer.paper_optimizer``): the preference losses' ``dpo_*`` settings, else the
     learning rate (round 1's own where set), weight decay and warm-up."""
-    from llome_jax.training.optimizer import paper_optimizer
-
     learning_rate = cfg.finetune.learning_rate
     if round_index == 1 and cfg.finetune.first_round_learning_rate is not None:
         learning_rate = cfg.finetune.first_round_learning_rate
@@ -78,9 +84,6 @@ def train_step(rt: Runtime, cfg: LoopConfig, loss: str, opt_config: Any) -> Any:
 
 
 def _make_train_step(rt: Runtime, cfg: LoopConfig, loss: str, opt_config: Any) -> Any:
-    from llome_jax.training.loss_registry import get_loss
-    from llome_jax.training.step import make_train_step
-
     return make_train_step(
         get_loss(loss),
         training_model(rt, cfg, loss),
@@ -125,8 +128,6 @@ def training_model(rt: Runtime, cfg: LoopConfig, loss: str) -> Any:
 def _model_in_dtype(rt: Runtime, compute_dtype: str) -> Any:
     from flax import nnx
 
-    from llome_jax.lm.pythia import Pythia
-
     config = dataclasses.replace(rt.model.config, compute_dtype=compute_dtype)
     return nnx.eval_shape(lambda: Pythia(config, rngs=nnx.Rngs(0)))
 
@@ -149,8 +150,6 @@ def training_data(
     key: jax.Array, rt: Runtime, cfg: LoopConfig, loss: str, x: np.ndarray, v: np.ndarray
 ) -> dict[str, Any]:
     """Pairs (or triples) of ``S_i``, tokenised; ``None``-free dict of numpy arrays."""
-    from llome_jax.llome.data import preference_triples, propen_pairs
-
     k_pairs, k_subset = jax.random.split(key)
     # symmetric neighbourhoods are a pairs-only option (triples are always directed)
     propen = dataclasses.replace(
@@ -226,10 +225,6 @@ def batch_of_units(
     (``SeqLogProbs`` ``[R]``), each unit's ``reward`` and ``weight`` ``[N]`` (0: padding), the
     MargE group size and target window of ``cfg.finetune``. Fine-tuning
     (:func:`train`) and pretraining (``llome_jax.llome.pretrain``) build their batches with it."""
-    from llome_jax.training.loss_inputs import LossBatch
-    from llome_jax.training.step import TrainBatch
-    from llome_jax.types import SeqLogProbs
-
     return TrainBatch.create(
         ids,
         tmask,
@@ -252,9 +247,6 @@ def eval_step(rt: Runtime, cfg: LoopConfig, loss: str) -> Any:
 
 
 def _make_eval_step(rt: Runtime, cfg: LoopConfig, loss: str) -> Any:
-    from llome_jax.training.loss_registry import get_loss
-    from llome_jax.training.step import make_eval_step
-
     return make_eval_step(
         get_loss(loss),
         training_model(rt, cfg, loss),
@@ -278,8 +270,6 @@ def selection_candidate(
     over the units of the ``val`` batches ``[(batch, real units)]``) and the greedy gate, whose
     constraint check is ``constraint`` (the run oracle's counted view,
     ``Oracle.constraint_view``; ``None``: ``rt.fn``'s own, uncounted)."""
-    from llome_jax.llome import selection
-
     evaluate = eval_step(rt, cfg, loss)
     summed = [evaluate(params, batch, hparams)["loss"] * count for batch, count in val]
     val_loss = float(np.sum(jax.device_get(summed))) / sum(count for _, count in val)
@@ -317,13 +307,6 @@ def train(
     and ``info`` adds ``selected_step``, ``selection_passed``, ``val_loss``, ``gate_valid``,
     ``gate_feasible``, ``selection_history``, ``num_val_units`` and ``time_selection``.
     """
-    from llome_jax.host import parallel
-    from llome_jax.llome import selection
-    from llome_jax.training.dataset_logprobs import compute_logprobs
-    from llome_jax.training.optimizer import make_optimizer
-    from llome_jax.training.step import TrainState
-    from llome_jax.types import SeqLogProbs
-
     n = int(data["units"])
     bsz = cfg.finetune.batch_size_for(loss)
     epochs = cfg.finetune.epochs if epochs is None else epochs

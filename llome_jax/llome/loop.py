@@ -55,6 +55,7 @@ from llome_jax.llome.config import (
     LoopConfig,
     validate_config,
 )
+from llome_jax.llome.finetune import optimizer_config
 from llome_jax.llome.round import Proposal, next_state, propose, round_record
 from llome_jax.llome.runtime import Runtime, initial_params, named_key
 from llome_jax.llome.state import (
@@ -69,6 +70,7 @@ from llome_jax.optimizers.base import AskTellOptimizer, AskTellState, LabelledDa
 from llome_jax.run.migrations import LLOME_MIGRATIONS
 from llome_jax.run.runner import RunResult
 from llome_jax.run.runner import run as run_rounds
+from llome_jax.training.optimizer import make_optimizer
 
 __all__ = ["Llome", "run"]
 
@@ -154,9 +156,6 @@ class Llome(AskTellOptimizer):
     def init_state(self, key: jax.Array, data: LabelledData) -> LoopState:
         """The initial model and ``S_0``: round 0's distinct sequences in the order the GA met
         them (``data.round0``)."""
-        from llome_jax.llome.finetune import optimizer_config
-        from llome_jax.training.optimizer import make_optimizer
-
         assert data.round0 is not None  # restore overrides the base's shapes-only call
         particles, values = data.round0.particles, data.round0.values
         _, first = np.unique(particles, axis=0, return_index=True)
@@ -258,7 +257,7 @@ class Llome(AskTellOptimizer):
 
     # ------------------------------------------------------------------ log lines
     def round0_description(self) -> str:
-        return f"GA, {self.cfg.ga_generations} generations"
+        return f"GA, {self.cfg.round0_generations} generations"
 
     def round_line(self, m: Mapping[str, Any]) -> str:
         """One human-readable summary line of a round record."""

@@ -53,8 +53,8 @@ _SMOKE: dict[str, Any] = {
     "instance_seed": 1,
     "model": "tiny",
     "rounds": 2,
-    "ga_generations": 2,
-    "ga": {"num_particles": 200, "mutation_prob": 0.1},
+    "round0_generations": 2,
+    "round0_ga": {"num_particles": 200, "mutation_prob": 0.1},
     "finetune": {
         "first_round_learning_rate": 1e-2,
         "learning_rate": 5e-3,
@@ -69,7 +69,7 @@ _SMOKE: dict[str, Any] = {
     "num_seeds": 8,
     "temperatures": (0.8, 1.2),
     "refine": {"num_iterations": 2, "num_samples": 4, "batch_size": 256},
-    "filter": {"num_selected": 32},
+    "labels_per_round": 32,
     "min_unique_candidates": 1,
 }
 
@@ -77,8 +77,8 @@ _CPU: dict[str, Any] = {
     "model": "tiny",
     "text_format": "compact",
     "rounds": 10,
-    "ga_generations": 10,
-    "ga": {"num_particles": 1000},
+    "round0_generations": 10,
+    "round0_ga": {"num_particles": 1000},
     "finetune": {
         "first_round_learning_rate": 1e-2,
         "first_round_epochs": 12,
@@ -97,7 +97,7 @@ _CPU: dict[str, Any] = {
     },
     "num_seeds": 200,
     "refine": {"num_iterations": 4, "num_samples": 4, "batch_size": 1024},
-    "filter": {"num_selected": 2000},
+    "labels_per_round": 2000,
 }
 
 _PAPER: dict[str, Any] = {
@@ -121,7 +121,7 @@ _PAPER: dict[str, Any] = {
     "num_seeds": 200,
     # KV cache of 2.8B in fp32: 32 layers x 2 x 2560 x 4 B x 132 tokens = 86 MB per row.
     "refine": {"num_iterations": 10, "num_samples": 10, "batch_size": 256},
-    "filter": {"num_selected": 2000},
+    "labels_per_round": 2000,
     "data_parallel": True,
 }
 

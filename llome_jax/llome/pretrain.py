@@ -50,6 +50,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from llome_jax import ehrlich
+from llome_jax.llome import finetune
+from llome_jax.llome.finetune import batch_of_units, padded_units
 from llome_jax.llome.pretrain_config import PretrainConfig, loop_config, run_config
 from llome_jax.llome.pretrain_data import PretrainData, generate_data
 from llome_jax.llome.pretrain_loss_log import (
@@ -59,6 +62,18 @@ from llome_jax.llome.pretrain_loss_log import (
     write_losses,
 )
 from llome_jax.llome.pretrain_weights import export_weights, label_digests, weights_info
+from llome_jax.llome.runtime import Runtime, initial_params, named_key
+from llome_jax.objective import Objective
+from llome_jax.run.checkpoint import CheckpointManager, abstract_like
+from llome_jax.run.files import atomic_write_text, read_config
+from llome_jax.run.provenance import provenance
+from llome_jax.run.rundir import RunDirectory
+from llome_jax.run.runner import progress_bar
+from llome_jax.training.dataset_logprobs import compute_logprobs
+from llome_jax.training.loss_registry import loss_spec
+from llome_jax.training.optimizer import make_optimizer
+from llome_jax.training.step import TrainState
+from llome_jax.types import SeqLogProbs
 
 __all__ = [
     "DATA_FILE",
@@ -107,10 +122,6 @@ class _Batches:
         return self._epoch[1][offset * self.size : (offset + 1) * self.size]
 
     def __call__(self, step: int, reference_params: Any = None) -> Any:
-        from llome_jax.llome.finetune import batch_of_units, padded_units
-        from llome_jax.training.dataset_logprobs import compute_logprobs
-        from llome_jax.types import SeqLogProbs
-
         units, weight = padded_units(self.units(step), self.size)
         ids, tmask, amask = self.rt.codec.encode_pairs(
             self.data.inputs[units], self.data.targets[units]
@@ -175,19 +186,6 @@ def run(
       ValueError: a non-empty ``out`` without ``resume``, a resume with another configuration
         (``RunDirectory.create``); nothing is written then.
     """
-    from llome_jax import ehrlich
-    from llome_jax.llome import finetune
-    from llome_jax.llome.runtime import Runtime, initial_params, named_key
-    from llome_jax.objective import Objective
-    from llome_jax.run.checkpoint import CheckpointManager, abstract_like
-    from llome_jax.run.files import atomic_write_text, read_config
-    from llome_jax.run.provenance import provenance
-    from llome_jax.run.rundir import RunDirectory
-    from llome_jax.run.runner import progress_bar
-    from llome_jax.training.loss_registry import loss_spec
-    from llome_jax.training.optimizer import make_optimizer
-    from llome_jax.training.step import TrainState
-
     started = time.perf_counter()
     out = pathlib.Path(out)
     saved: dict[str, Any] = {}

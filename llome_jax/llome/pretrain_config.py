@@ -19,9 +19,10 @@ import dataclasses
 from typing import Any
 
 from llome_jax import configs, ga
-from llome_jax.ehrlich.instances import MAX_INSTANCE_SEED
+from llome_jax.ehrlich.instances import MAX_INSTANCE_SEED, configuration_name
 from llome_jax.llome.config import FinetuneConfig, LoopConfig
 from llome_jax.llome.data import PropEnConfig
+from llome_jax.training.loss_registry import loss_spec
 
 __all__ = [
     "LOOP_FIELDS",
@@ -108,9 +109,6 @@ class PretrainConfig:
     preset: str = "custom"
 
     def __post_init__(self) -> None:
-        from llome_jax.ehrlich.instances import configuration_name
-        from llome_jax.training.loss_registry import loss_spec
-
         name = str(self.function).strip()
         if name.endswith(".json"):
             raise ValueError(

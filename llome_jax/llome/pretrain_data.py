@@ -26,10 +26,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from llome_jax import ga
+from llome_jax import ehrlich, ga
 from llome_jax.ga import loop as ga_loop
-from llome_jax.llome.data import random_bits
+from llome_jax.llome.data import propen_pairs, random_bits
+from llome_jax.llome.finetune import subset
 from llome_jax.llome.pretrain_config import PretrainConfig
+from llome_jax.llome.runtime import named_key
+from llome_jax.run.runner import progress_bar
 
 __all__ = [
     "PretrainData",
@@ -48,9 +51,6 @@ def make_instances(cfg: PretrainConfig, progress: bool = False) -> tuple[list[An
     Host code (``ehrlich.make`` checks ergodicity and solves for the stationary law in NumPy),
     one instance at a time; the GA that follows runs vmapped over them (:func:`ga_archives`).
     """
-    from llome_jax import ehrlich
-    from llome_jax.run.runner import progress_bar
-
     fns, x0s = [], []
     with progress_bar(progress, total=cfg.num_instances, desc="instances", unit="inst") as bar:
         for seed in cfg.instance_seeds:
@@ -203,11 +203,6 @@ def generate_data(key: jax.Array, cfg: PretrainConfig, progress: bool = False) -
     Raises:
       ValueError: no instance yields a pair.
     """
-    from llome_jax.llome.data import propen_pairs
-    from llome_jax.llome.finetune import subset
-    from llome_jax.llome.runtime import named_key
-    from llome_jax.run.runner import progress_bar
-
     fns, x0s = make_instances(cfg, progress)
     seeds = np.asarray(cfg.instance_seeds, np.int64)
     ga_keys = instance_keys(named_key(key, "ga"), seeds)

@@ -13,6 +13,8 @@ import pathlib
 
 import numpy as np
 
+from llome_jax.run.files import atomic_write_text
+
 __all__ = ["append_losses", "plot_losses", "read_losses", "write_losses"]
 
 
@@ -27,8 +29,6 @@ def read_losses(path: pathlib.Path) -> list[tuple[int, float]]:
 
 def write_losses(path: pathlib.Path, rows: list[tuple[int, float]]) -> None:
     """Write ``losses.csv`` with exactly ``rows`` (atomically; a resume's rollback)."""
-    from llome_jax.run.files import atomic_write_text
-
     text = "step,loss\n" + "".join(f"{step},{loss!r}\n" for step, loss in rows)
     atomic_write_text(path, text)
 

@@ -24,7 +24,14 @@ from typing import Any
 
 import jax
 
+from llome_jax import ehrlich
+from llome_jax.ehrlich.instances import label_digest
 from llome_jax.llome.pretrain_config import PretrainConfig, run_config
+from llome_jax.llome.runtime import model_with
+from llome_jax.lm import convert
+from llome_jax.priors import DIGEST_DIGITS
+from llome_jax.run.files import atomic_write_text
+from llome_jax.run.runner import progress_bar
 
 __all__ = ["export_weights", "label_digests", "weights_info"]
 
@@ -36,11 +43,6 @@ def label_digests(cfg: PretrainConfig, progress: bool = False) -> list[str]:
     instance however it is given (seed or ``.json`` file). Resolves every instance again
     (host code, about a second each on a CPU, as
     :func:`~llome_jax.llome.pretrain_data.make_instances`)."""
-    from llome_jax import ehrlich
-    from llome_jax.ehrlich.instances import label_digest
-    from llome_jax.priors import DIGEST_DIGITS
-    from llome_jax.run.runner import progress_bar
-
     out = []
     with progress_bar(progress, total=cfg.num_instances, desc="digests", unit="inst") as bar:
         for seed in cfg.instance_seeds:
@@ -64,10 +66,6 @@ def export_weights(
     import hashlib
 
     from safetensors.numpy import save
-
-    from llome_jax.llome.runtime import model_with
-    from llome_jax.lm import convert
-    from llome_jax.run.files import atomic_write_text
 
     directory = pathlib.Path(directory)
     temporary = directory.with_name(f".{directory.name}.tmp")

@@ -58,9 +58,11 @@ import numpy as np
 
 from llome_jax import ehrlich
 from llome_jax.host import threads as host_threads
+from llome_jax.host.parallel import DATA_AXIS
 from llome_jax.llome.data import first_occurrences
 from llome_jax.llome.seeds import next_refinement_inputs
-from llome_jax.objective import Objective
+from llome_jax.lm.sample import SampleConfig, generate
+from llome_jax.objective import Objective, problem_shape
 from llome_jax.objective import feasible as objective_feasible
 
 __all__ = ["RefineConfig", "Refinement", "iterative_refinement"]
@@ -189,7 +191,6 @@ class Refinement:
 def _mesh_size(mesh: Any) -> int:
     if mesh is None:
         return 1
-    from llome_jax.host.parallel import DATA_AXIS
 
     return int(mesh.shape[DATA_AXIS])
 
@@ -230,7 +231,6 @@ def _shared_prompts(
 def _validate(codec: Any, fn: Any, seeds: Any, temperatures: Any, config: Any) -> tuple:
     if not isinstance(config, RefineConfig):
         raise ValueError(f"config must be a RefineConfig; got {type(config).__name__}.")
-    from llome_jax.objective import problem_shape
 
     num_states, length, name = problem_shape(fn)
     if (codec.length, codec.num_states) != (length, num_states):
@@ -288,8 +288,6 @@ def iterative_refinement(
     Raises:
       ValueError: inconsistent codec/function, malformed seeds or temperatures.
     """
-    from llome_jax.lm.sample import SampleConfig, generate
-
     seeds, temps = _validate(codec, fn, seeds, temperatures, config)
     n_s, L = seeds.shape
     n_o = config.num_samples if temps else 0

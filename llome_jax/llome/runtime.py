@@ -19,7 +19,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from llome_jax.host import parallel
 from llome_jax.llome.config import LoopConfig, check_weights_dir
+from llome_jax.lm.codec import SequenceCodec
+from llome_jax.lm.convert import from_pretrained
+from llome_jax.lm.pythia import Pythia, PythiaConfig
+from llome_jax.lm.tokenizer import load_tokenizer, make_ehrlich_tokenizer
+from llome_jax.objective import ehrlich_objective
+from llome_jax.training.step import split_params
 
 __all__ = ["Runtime", "initial_params", "model_with", "named_key", "split_model"]
 
@@ -69,24 +76,15 @@ class Runtime:
         (from ``cfg.weights``, or from scratch with a seed derived from ``cfg.seed``)."""
         from flax import nnx
 
-        from llome_jax.host import parallel
-        from llome_jax.lm.codec import SequenceCodec
-        from llome_jax.lm.tokenizer import load_tokenizer, make_ehrlich_tokenizer
-        from llome_jax.objective import ehrlich_objective
-
         custom = objective is not None
         if objective is None:
             objective = ehrlich_objective(cfg.function, cfg.instance_seed)
         num_states, length = objective.num_states, objective.length
         if cfg.weights is not None:
-            from llome_jax.lm.convert import from_pretrained
-
             directory = check_weights_dir(cfg.weights)
             tokenizer = load_tokenizer(directory)
             model = from_pretrained(directory)
         else:
-            from llome_jax.lm.pythia import Pythia, PythiaConfig
-
             tokenizer = make_ehrlich_tokenizer(num_states)
             config = PythiaConfig.preset(
                 cfg.model, vocab_size=len(tokenizer), **dict(cfg.model_overrides)
@@ -132,7 +130,5 @@ def model_with(model: Any, params: Any) -> Any:
 
 def initial_params(model: Any) -> Any:
     """A copy of the model's parameters as a pure dict (the state owns it; steps donate it)."""
-    from llome_jax.training.step import split_params
-
     _, params, _ = split_params(model)
     return jax.tree.map(jnp.copy, params)

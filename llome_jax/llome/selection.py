@@ -45,6 +45,12 @@ from typing import Any
 import jax
 import numpy as np
 
+from llome_jax.llome.data import train_val_split
+from llome_jax.llome.refine import _chunking, _mesh_size
+from llome_jax.lm.sample import SampleConfig, generate
+from llome_jax.lm.text_format import PROMPT_TAG
+from llome_jax.objective import feasible as objective_feasible
+
 __all__ = [
     "Candidate",
     "GateResult",
@@ -224,8 +230,6 @@ def skipped_record(total_steps: int, reason: str) -> dict[str, Any]:
 def split_units(key: jax.Array, num_units: int) -> tuple[np.ndarray, np.ndarray] | None:
     """``(train_units, val_units)`` of ``data.train_val_split`` (95 % / at most 100), training
     units sorted; ``None`` when fewer than 2 units leave nothing to validate on."""
-    from llome_jax.llome.data import train_val_split
-
     if num_units < 2:
         return None
     train, val = train_val_split(key, num_units)
@@ -242,8 +246,6 @@ def prompt_sequences(codec: Any, input_ids: Any, attention_mask: Any) -> np.ndar
     Raises:
       ValueError: a row whose prompt does not parse.
     """
-    from llome_jax.lm.text_format import PROMPT_TAG
-
     ids = np.asarray(input_ids)
     mask = np.asarray(attention_mask).astype(bool)
     if ids.ndim != 2 or mask.shape != ids.shape:
@@ -287,10 +289,6 @@ def greedy_gate(
     Returns:
       :class:`GateResult` of the ``n_g`` outputs.
     """
-    from llome_jax.llome.refine import _chunking, _mesh_size
-    from llome_jax.lm.sample import SampleConfig, generate
-    from llome_jax.objective import feasible as objective_feasible
-
     x = np.asarray(prompts, np.int32)
     if x.ndim != 2 or x.shape[0] < 1:
         raise ValueError(f"prompts must be a non-empty int array [n, L]; got {x.shape}")

@@ -16,10 +16,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from llome_jax.ga import loop as ga_loop
 from llome_jax.llome.config import LoopConfig
 from llome_jax.llome.finetune import optimizer_config
 from llome_jax.llome.runtime import Runtime, initial_params, named_key
-from llome_jax.run.runner import optimum_stop_reason
+from llome_jax.run.checkpoint import CheckpointError
+from llome_jax.run.runner import optimum_stop_reason, round0_key
+from llome_jax.training.optimizer import make_optimizer
 
 __all__ = [
     "STOP_REASONS",
@@ -130,16 +133,12 @@ def init_state(key: jax.Array, rt: Runtime, cfg: LoopConfig) -> LoopState:
     ``key`` is the run key, ``jax.random.key(cfg.seed)``: the GA and the rounds use keys derived
     from it (``runtime.named_key``); the model was initialised by ``Runtime.build``.
     """
-    from llome_jax.ga import loop as ga_loop
-    from llome_jax.run.runner import round0_key
-    from llome_jax.training.optimizer import make_optimizer
-
     archive = ga_loop.run_archive(
         round0_key(key),  # the round 0 every optimizer shares
         rt.objective,
         rt.x0,
-        cfg.ga_generations,
-        cfg.ga,
+        cfg.round0_generations,
+        cfg.round0_ga,
     )
     sequences, values, _ = archive.to_numpy()
     params = initial_params(rt.model)
@@ -150,7 +149,9 @@ def init_state(key: jax.Array, rt: Runtime, cfg: LoopConfig) -> LoopState:
         params=params,
         reference_params=jax.tree.map(jnp.copy, params),
         opt_state=optimizer.init(params),
-        num_evaluations=jnp.asarray(cfg.ga_generations * cfg.ga.num_particles, jnp.int32),
+        num_evaluations=jnp.asarray(
+            cfg.round0_generations * cfg.round0_ga.num_particles, jnp.int32
+        ),
         mean_hamming=jnp.asarray(np.nan, jnp.float32),
         temperature_offset=jnp.zeros((), jnp.float32),
         stop_code=jnp.asarray(
@@ -164,8 +165,6 @@ def init_state(key: jax.Array, rt: Runtime, cfg: LoopConfig) -> LoopState:
 
 def abstract_state(rt: Runtime, cfg: LoopConfig, round_index: int) -> LoopState:
     """Shapes/dtypes of the device part of the state saved at ``round_index`` (archive empty)."""
-    from llome_jax.training.optimizer import make_optimizer
-
     params = jax.eval_shape(lambda: initial_params(rt.model))
     loss = cfg.loss(max(round_index, 1))
     optimizer = make_optimizer(optimizer_config(cfg, loss, 1))
@@ -225,8 +224,6 @@ def save_checkpoint(manager: Any, state: LoopState, extra: Mapping[str, Any] | N
 
 def restore_checkpoint(manager: Any, rt: Runtime, cfg: LoopConfig) -> LoopState | None:
     """The newest readable checkpoint as a :class:`LoopState` (``None`` if there is none)."""
-    from llome_jax.run.checkpoint import CheckpointError
-
     last_error: Exception | None = None
     for step in reversed(manager.all_steps()):
         try:

@@ -86,7 +86,19 @@ class BenchmarkSettings:
       round0_generations: ``n0``, round 0's GA generations (the paper: 10).
       round0_ga: round 0's GA (the paper's: 1000 particles, mutation 0.005).
       accounting / constraint_queries: the information contract (:mod:`llome_jax.oracle`).
+
+    The GA's, LLOME's and LaMBO-2's configurations extend this class, so these are real fields
+    of each, under these names in ``config.json``, presets, ``--set`` and the docs; a new shared
+    setting is a field here and, per optimizer, a migration (``llome_jax.run.migrations``). A
+    subclass may redefine a field's default (the GA's ``labels_per_round`` is ``None``: whole
+    generations; a setting whose default is ``None`` may be ``None``). Class attributes:
+    ``RENAMED_SETTINGS`` (old dotted key -> today's: presets, ``--config`` and ``--set`` accept
+    the old name with a note, :func:`llome_jax.configs.upgrade_keys`) and ``DERIVED_SETTINGS``
+    (nested settings that copy a shared one, never written: LLOME's ``filter.num_selected``).
     """
+
+    RENAMED_SETTINGS: ClassVar[Mapping[str, str]] = {}
+    DERIVED_SETTINGS: ClassVar[tuple[str, ...]] = ()
 
     function: str = "f2"
     instance_seed: int | None = None
@@ -100,8 +112,11 @@ class BenchmarkSettings:
 
     def __post_init__(self) -> None:
         check_contract_settings(self.accounting, self.constraint_queries)
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
         for name in ("rounds", "labels_per_round", "round0_generations"):
             value = getattr(self, name)
+            if value is None and defaults[name] is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer; got {value!r}")
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from llome_jax import ehrlich
 from llome_jax.objective import Objective
 from llome_jax.optimizers.registry import OptimizerEntry, get, run
 from llome_jax.run.migrations import CONFIG_VERSION
@@ -66,8 +67,6 @@ def recording_objective(
 ) -> tuple[Objective, Recorder, Recorder]:
     """An Ehrlich function as a host :class:`~llome_jax.objective.Objective` whose
     ``evaluate`` and ``is_feasible`` record every row asked about."""
-    from llome_jax import ehrlich
-
     fn = ehrlich.resolve_function(name, instance_seed)
     x0 = ehrlich.resolve_initial_solution(name, instance_seed)
     evaluate = Recorder(lambda x: np.asarray(ehrlich.evaluate(fn, x), np.float32))

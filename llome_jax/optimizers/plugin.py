@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from llome_jax.objective import Objective, ehrlich_objective, objective_config
 from llome_jax.oracle import Oracle
 from llome_jax.run.migrations import CONFIG_VERSION, Migration, migrate
+from llome_jax.run.plotting import plot_options, plot_run
 
 __all__ = ["RoundOptimizerBase"]
 
@@ -108,6 +109,4 @@ class RoundOptimizerBase:
     def plot(self, run_dir: Any) -> None:
         """Redraw ``regret.png`` (:func:`llome_jax.run.plotting.plot_run`; legend and heading come
         from ``config.json``, as ``llome-jax compare`` names the run)."""
-        from llome_jax.run.plotting import plot_options, plot_run
-
         plot_run(run_dir, log_x=False, **plot_options(self.objective))

@@ -34,6 +34,9 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
+from llome_jax.objective import import_module_or_file
+from llome_jax.run.runner import run as run_rounds
+
 __all__ = [
     "BUILTINS",
     "BUILTIN_ENTRIES",
@@ -163,8 +166,6 @@ def _load_attr(spec: str) -> Any:
     Raises:
       ValueError: not ``module:attr``, the module or file does not load, or has no ``attr``.
     """
-    from llome_jax.objective import import_module_or_file
-
     where, _, attr = spec.rpartition(":")
     if not where or not attr:
         raise ValueError(f"{spec!r} is neither a registered optimizer nor 'module:attr'")
@@ -211,12 +212,10 @@ def run(
     ``progress``, ``max_rounds_this_call``, ``trackers``, ...) on ``objective`` if given, else
     ``cfg.function``. ``optimizer``: a registered name or ``module:attr`` (:func:`get`), an
     :class:`OptimizerEntry`, or an optimizer class itself (registered or not)."""
-    from llome_jax.run.runner import run as run_rounds
-
     if isinstance(optimizer, str):
         entry = get(optimizer)
     elif isinstance(optimizer, OptimizerEntry):
         entry = optimizer
     else:
         entry = _entry(optimizer, getattr(optimizer, "__qualname__", repr(optimizer)))
-    return run_rounds(entry.make(cfg, objective), out, **options)
+    return run_rounds(entry.make(cfg, objective=objective), out, **options)

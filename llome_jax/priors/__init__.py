@@ -36,6 +36,8 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
+from llome_jax.ehrlich.instances import label_digest, paper_function, paper_function_names
+
 __all__ = [
     "DEFAULT",
     "DIGEST_DIGITS",
@@ -138,8 +140,6 @@ def pretrained_instance(
       ValueError: ``made`` has no ``label_digests``, ``function`` is of its configuration, was
         given without a seed and is not one of the paper's instances: it cannot be checked.
     """
-    from llome_jax.ehrlich.instances import label_digest
-
     seeds = made.get("instance_seeds") or {}
     first, last = seeds.get("first"), seeds.get("last")
     if function is not None and made.get("function") != function.name:
@@ -166,8 +166,6 @@ def pretrained_instance(
 
 def _paper_label_digests() -> set[str]:
     """Label digests (first :data:`DIGEST_DIGITS` hex digits) of the paper's shipped instances."""
-    from llome_jax.ehrlich.instances import label_digest, paper_function, paper_function_names
-
     return {
         label_digest(paper_function(name)).removeprefix("sha256:")[:DIGEST_DIGITS]
         for name in paper_function_names()

@@ -36,6 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from llome_jax.ehrlich.dispatch import _finish, _prepare
+
 __all__ = [
     "RMFConfig",
     "RoughMtFuji",
@@ -316,8 +318,6 @@ def evaluate(fn: RoughMtFuji, x: Any) -> jax.Array:
       >>> float(rmf.evaluate(fn, rmf.optimal_solution(fn))) == rmf.optimal_value(fn)
       True
     """
-    from llome_jax.ehrlich.dispatch import _finish, _prepare
-
     flat, n, batch_shape = _prepare(fn, x)  # type: ignore[arg-type]
     if n is None:  # a tracer or a device array: validated, evaluated as it is
         shape = flat.shape[:-1]

@@ -31,12 +31,12 @@ import functools
 import hashlib
 import json
 import pathlib
-import re
 from typing import Any
 
 import jax
 import numpy as np
 
+from llome_jax.ehrlich.config import check_instance_seed, is_rmf_name
 from llome_jax.rough_mt_fuji.function import (
     RMFConfig,
     RoughMtFuji,
@@ -61,14 +61,6 @@ _DATA = pathlib.Path(__file__).with_name("data") / "holo_instances.json"
 
 #: Short names: ``rmf`` is the authors' reference instance.
 ALIASES: dict[str, str] = {"rmf": "RMF(256)"}
-
-_SPEC_RE = re.compile(r"^\s*(rmf|RMF\s*\(.*\))\s*$", re.IGNORECASE)
-
-
-def is_rmf_name(spec: Any) -> bool:
-    """Whether ``spec`` is meant as a Rough Mt. Fuji function (``rmf``, ``RMF(...)``), valid
-    or not (a malformed one then gets RMF's own error from :func:`resolve_function`)."""
-    return isinstance(spec, str) and _SPEC_RE.match(spec) is not None
 
 
 def _config(spec: str) -> RMFConfig:
@@ -125,8 +117,6 @@ def resolve_function(spec: str, instance_seed: int | None = None) -> RoughMtFuji
                 f"{', '.join(shipped_names())}); pass --instance-seed N to sample one."
             )
         return _shipped(config.name)
-    from llome_jax.ehrlich.config import check_instance_seed
-
     return _sampled(config, check_instance_seed(instance_seed))
 
 

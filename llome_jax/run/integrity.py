@@ -47,6 +47,8 @@ import math
 import pathlib
 from typing import Any
 
+from llome_jax.run.files import atomic_write_text
+
 __all__ = [
     "DamagedRunError",
     "audit_for_resume",
@@ -268,8 +270,6 @@ def repair(directory: str | pathlib.Path) -> int | None:
     Raises:
       DamagedRunError: the damage has no safe way out (the message of the check)."""
     import shutil
-
-    from llome_jax.run.files import atomic_write_text
 
     directory = pathlib.Path(directory)
     try:

@@ -17,7 +17,13 @@ so a later change of a default does not change what an old run resumes with.
 **A new setting** (BUILD.md §4): give it a default in the optimizer's configuration, append a
 migration to that optimizer's list below (also when the default is the old behaviour, or the
 setting changes only speed: without one an older run lacks the key and is refused) and a test
-of it (``tests/test_migrations.py``: an input dict and the hand-written output).
+of it (``tests/test_migrations.py``: an input dict and the hand-written output). A setting every
+optimizer shares is a field of ``optimizers.base.BenchmarkSettings`` and a migration in each
+list below.
+
+**A renamed setting** moves the old key's value to the new key (:func:`_renamed`; a file that
+already has the new key keeps it) and names the old key in the configuration class's
+``RENAMED_SETTINGS``, so that presets, ``--config`` files and ``--set`` accept it too.
 """
 
 from __future__ import annotations
@@ -72,6 +78,27 @@ def _with(config: dict[str, Any], **values: Any) -> dict[str, Any]:
     return {**values, **config}
 
 
+def _renamed(config: dict[str, Any], renames: Mapping[str, str]) -> dict[str, Any]:
+    """``config`` with each old dotted key of ``renames`` moved to its new dotted key (same
+    value; a new key already present is kept and the old one dropped; an old key the file lacks
+    is skipped)."""
+    out = copy.deepcopy(config)
+    for old, new in renames.items():
+        *groups, name = old.split(".")
+        section = out
+        for group in groups:
+            section = section.get(group) if isinstance(section, dict) else None
+        if not isinstance(section, dict) or name not in section:
+            continue
+        value = section.pop(name)
+        *new_groups, new_name = new.split(".")
+        target = out
+        for group in new_groups:
+            target = target.setdefault(group, {})
+        target.setdefault(new_name, value)
+    return out
+
+
 def _with_in(config: dict[str, Any], section: str, **values: Any) -> dict[str, Any]:
     """``config`` with the ``values`` its ``section`` (a nested dict) lacks; unchanged when it
     has no such section."""
@@ -96,7 +123,18 @@ def _ga_2_labels_per_round(config: dict[str, Any]) -> dict[str, Any]:
     return _with(config, labels_per_round=None)
 
 
-GA_MIGRATIONS: tuple[Migration, ...] = (_ga_1_information_contract, _ga_2_labels_per_round)
+def _ga_3_shared_names(config: dict[str, Any]) -> dict[str, Any]:
+    """v2 -> v3: one name for each setting every optimizer shares
+    (``optimizers.base.BenchmarkSettings``): ``initial_generations`` is ``round0_generations``
+    and ``ga`` is ``round0_ga`` (same values)."""
+    return _renamed(config, {"initial_generations": "round0_generations", "ga": "round0_ga"})
+
+
+GA_MIGRATIONS: tuple[Migration, ...] = (
+    _ga_1_information_contract,
+    _ga_2_labels_per_round,
+    _ga_3_shared_names,
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,6 +179,24 @@ def _lambo2_6_one_round0(config: dict[str, Any]) -> dict[str, Any]:
     return _with(config, ga_mutation_prob=0.005, keys="v1")
 
 
+def _lambo2_7_shared_names(config: dict[str, Any]) -> dict[str, Any]:
+    """v6 -> v7: one name for each setting every optimizer shares
+    (``optimizers.base.BenchmarkSettings``): ``num_samples`` is ``labels_per_round``,
+    ``ga_generations`` ``round0_generations``, and ``ga_particles`` / ``ga_mutation_prob`` are
+    ``round0_ga``'s ``num_particles`` / ``mutation_prob``, beside the GA settings LaMBO-2's round
+    0 always ran with (``survival_quantile`` 0.1, ``recombine_prob`` 0.0882)."""
+    config = _renamed(
+        config,
+        {
+            "num_samples": "labels_per_round",
+            "ga_generations": "round0_generations",
+            "ga_particles": "round0_ga.num_particles",
+            "ga_mutation_prob": "round0_ga.mutation_prob",
+        },
+    )
+    return _with_in(config, "round0_ga", survival_quantile=0.1, recombine_prob=0.0882)
+
+
 LAMBO2_MIGRATIONS: tuple[Migration, ...] = (
     _lambo2_1_kl_weight,
     _lambo2_2_warm_start,
@@ -148,6 +204,7 @@ LAMBO2_MIGRATIONS: tuple[Migration, ...] = (
     _lambo2_4_information_contract,
     _lambo2_5_fused,
     _lambo2_6_one_round0,
+    _lambo2_7_shared_names,
 )
 
 
@@ -340,6 +397,21 @@ def _llome_7_min_unique_rule(config: dict[str, Any]) -> dict[str, Any]:
     return _with(config, min_unique_rule="paper")
 
 
+def _llome_8_shared_names(config: dict[str, Any]) -> dict[str, Any]:
+    """v7 -> v8: one name for each setting every optimizer shares
+    (``optimizers.base.BenchmarkSettings``): ``ga_generations`` is ``round0_generations``, ``ga``
+    is ``round0_ga`` and ``filter.num_selected`` (``j``) is ``labels_per_round`` (the Filter's
+    ``num_selected`` is derived from it and no longer written)."""
+    return _renamed(
+        config,
+        {
+            "ga_generations": "round0_generations",
+            "ga": "round0_ga",
+            "filter.num_selected": "labels_per_round",
+        },
+    )
+
+
 LLOME_MIGRATIONS: tuple[Migration, ...] = (
     _llome_1_nested,
     _llome_2_share_prompts,
@@ -348,6 +420,7 @@ LLOME_MIGRATIONS: tuple[Migration, ...] = (
     _llome_5_information_contract,
     _llome_6_generate_dtype,
     _llome_7_min_unique_rule,
+    _llome_8_shared_names,
 )
 
 

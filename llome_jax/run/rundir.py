@@ -49,6 +49,7 @@ import numpy as np
 from llome_jax import metrics
 from llome_jax.run import files
 from llome_jax.run import lock as run_lock
+from llome_jax.run.integrity import _read_rows, audit_for_resume
 
 __all__ = [
     "ROUND_FIELDS",
@@ -271,8 +272,6 @@ class RunDirectory:
         try:
             config = _normalise(dict(config))
             if audit and resume and (directory / cls.CONFIG).is_file():
-                from llome_jax.run.integrity import audit_for_resume
-
                 files.read_config(directory / cls.CONFIG)  # an unreadable one is named first
                 audit_for_resume(directory)  # damage refused before anything is written
             config = cls._checked_config(directory, config, resume, mutable_keys, upgrade)
@@ -489,8 +488,6 @@ class RunDirectory:
             sequences = np.asarray([sequence_from_string(r[1]) for r in rows], np.int64)
             values = np.asarray([float(r[2]) for r in rows], np.float64)
         except (ValueError, IndexError):
-            from llome_jax.run.integrity import _read_rows
-
             _read_rows(self.evaluated_path)  # names the first bad line
             raise
         return rounds, sequences, values

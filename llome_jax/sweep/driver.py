@@ -65,7 +65,8 @@ class SweepResult:
 def make_executor(name: str, out: str | os.PathLike, **options: Any) -> Any:
     """The executor ``name`` (:data:`EXECUTORS`) with its ``options``: ``local``: ``workers``,
     ``gpus``; ``slurm``: ``cluster``, ``margin``, ``min_minutes``, ``parallelism``, ``slurm``,
-    ``poll``, ``max_array_size``, ``python`` (submitit's files under ``OUT/sweep/submitit``);
+    ``poll``, ``max_array_size``, ``python``, ``max_minutes`` (submitit's files under
+    ``OUT/sweep/submitit``);
     ``ray``: ``address``, ``num_cpus``.
 
     Raises:
@@ -153,7 +154,8 @@ def run_sweep(
 
     Raises:
       UsageError: ``runs`` patterns that match nothing; finished runs another plan made,
-        without ``rerun_changed`` (nothing written).
+        without ``rerun_changed``; runs the executor's ``check(names, plan)`` refuses (the
+        slurm executor's ``max_minutes`` cap); in each case nothing written.
       ValueError: an unknown executor, a negative ``retries``, an unknown cache mode.
     """
     if retries < 0:
@@ -164,13 +166,16 @@ def run_sweep(
     out = pathlib.Path(out).resolve()
     names = plan.select(runs)
     changed = check_changes(plan, out, names, rerun_changed)
+    engine = make_executor(executor, out, **options) if isinstance(executor, str) else executor
+    check = getattr(engine, "check", None)  # e.g. the slurm executor's time cap
+    if check is not None:
+        check([name for name in names if name in changed or not finished(out, name)], plan)
     out.mkdir(parents=True, exist_ok=True)
     if changed:
         shown = ", ".join(list(changed)[:3]) + (" ..." if len(changed) > 3 else "")
         log(f"re-running {len(changed)} run(s) another plan made, from scratch: {shown}")
         for name in changed:
             shutil.rmtree(out / "runs" / name)
-    engine = make_executor(executor, out, **options) if isinstance(executor, str) else executor
     if engine.name == "inline" and cache == "task":  # one process: one cache for every run
         from llome_jax.host import compile_cache
 

@@ -25,6 +25,12 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
+from llome_jax.sweep.cluster_settings import (
+    MEMORY_KEYS,
+    check_max_minutes,
+    check_time_cap,
+    slurm_options,
+)
 from llome_jax.sweep.local import died
 from llome_jax.sweep.plans import Resources, SweepPlan
 from llome_jax.sweep.tasks import Task, TaskResult, run_task
@@ -168,10 +174,15 @@ class SubmititExecutor:
     ``cluster="local"`` runs the same jobs with submitit's local executor on this machine (for
     tests and trying a plan), at most ``parallelism`` at a time (default one per usable core);
     on SLURM ``parallelism`` is the array's ``%`` limit. ``slurm`` holds more ``sbatch`` options
-    (``partition``, ``account``, ``qos``, ``constraint``, ``additional_parameters``, ... as
-    submitit's ``slurm_<name>`` parameters). Jobs are polled every ``poll`` seconds (default 5,
-    0.5 on the local cluster); this process must stay up until they end (run it in tmux, or as
-    a one-core job itself).
+    (``partition``, ``account``, ``qos``, ``constraint``, ``setup`` lines, a mapping of
+    ``additional_parameters``, ``exclusive``, ``mem_per_gpu``, ... as submitit's
+    ``slurm_<name>`` parameters, checked by
+    :func:`~llome_jax.sweep.cluster_settings.slurm_options`); ``slurm={"time": N}`` makes every
+    run's time limit ``N`` minutes. ``max_minutes`` caps each run's time limit and refuses,
+    before submitting, runs whose estimate alone is longer
+    (:func:`~llome_jax.sweep.cluster_settings.check_time_cap`). Jobs are polled every ``poll``
+    seconds (default 5, 0.5 on the local cluster); this process must stay up until they end
+    (run it in tmux, or as a one-core job itself).
 
     On SLURM a group is submitted in arrays of at most ``max_array_size - 1`` tasks
     (:func:`array_chunks`; default: the cluster's :func:`max_array_size`, read once; also
@@ -194,6 +205,7 @@ class SubmititExecutor:
         poll: float | None = None,
         max_array_size: int | None = None,
         python: str | None = None,
+        max_minutes: int | None = None,
     ) -> None:
         if cluster not in ("slurm", "local"):
             raise ValueError(f"cluster must be slurm or local, got {cluster!r}")
@@ -202,14 +214,33 @@ class SubmititExecutor:
         self.margin = float(margin)
         self.min_minutes = int(min_minutes)
         self.parallelism = parallelism
-        self.slurm = dict(slurm or {})
-        given = self.slurm.pop("max_array_size", None) if max_array_size is None else None
+        self.slurm = slurm_options(dict(slurm or {}), "slurm")
+        given = self.slurm.pop("max_array_size", None)
+        given = given if max_array_size is None else None
+        self.fixed_minutes: int | None = self.slurm.pop("time", None)
+        self.max_minutes = check_max_minutes(max_minutes, self.fixed_minutes)
         self.max_array_size = max_array_size if given is None else _whole(given)
         self.python = python
         self.poll = float(poll if poll is not None else (0.5 if cluster == "local" else 5.0))
 
+    def minutes(self, name: str, plan: SweepPlan) -> int:
+        """The time limit of the run ``name``: ``slurm={"time": N}``'s ``N``, else its
+        estimate times ``margin``, at least ``min_minutes``, at most ``max_minutes``."""
+        if self.fixed_minutes is not None:
+            return self.fixed_minutes
+        return plan.time_limit_minutes(name, self.margin, self.min_minutes, self.max_minutes)
+
+    def check(self, names: Sequence[str], plan: SweepPlan) -> None:
+        """Refuse runs whose estimate is longer than ``max_minutes`` (:func:`check_time_cap`).
+
+        Raises:
+          UsageError: one line naming them (nothing submitted).
+        """
+        check_time_cap({name: plan.seconds(name) for name in names}, self.max_minutes)
+
     def parameters(self, resources: Resources, minutes: int, count: int) -> dict[str, Any]:
-        """The submitit parameters of one array (``count`` tasks)."""
+        """The submitit parameters of one array (``count`` tasks); no ``mem_gb`` (``--mem``)
+        without a memory in ``resources`` or with ``mem_per_gpu`` or ``mem_per_cpu``."""
         params: dict[str, Any] = {
             "name": "llome-jax",
             "timeout_min": int(minutes),
@@ -218,7 +249,7 @@ class SubmititExecutor:
             "nodes": 1,
             "tasks_per_node": 1,
         }
-        if resources.mem_gb is not None:
+        if resources.mem_gb is not None and not any(k in self.slurm for k in MEMORY_KEYS):
             params["mem_gb"] = float(resources.mem_gb)
         if self.parallelism:
             params["slurm_array_parallelism"] = min(int(self.parallelism), count)
@@ -229,7 +260,7 @@ class SubmititExecutor:
         """``(parameters, tasks)`` per array: tasks that ask alike share one."""
         found: dict[tuple, list[Task]] = collections.defaultdict(list)
         for task in tasks:
-            minutes = plan.time_limit_minutes(task.name, self.margin, self.min_minutes)
+            minutes = self.minutes(task.name, plan)
             found[(plan.resources_for(task.name), minutes)].append(task)
         return [
             (self.parameters(resources, minutes, len(group)), group)
@@ -252,6 +283,7 @@ class SubmititExecutor:
 
     def run(self, tasks: Sequence[Task], plan: SweepPlan) -> Iterator[TaskResult]:
         submitit = require("submitit", "slurm")
+        self.check([task.name for task in tasks], plan)
         self.folder.mkdir(parents=True, exist_ok=True)
         folder = str(self.folder / "%j")
         if self.cluster == "local":
@@ -286,7 +318,7 @@ class SubmititExecutor:
         while pending or running:
             while pending and len(running) < limit:
                 task = pending.popleft()
-                minutes = plan.time_limit_minutes(task.name, self.margin, self.min_minutes)
+                minutes = self.minutes(task.name, plan)
                 params = self.parameters(plan.resources_for(task.name), minutes, 1)
                 options = {} if self.python is None else {"local_python": self.python}
                 executor = submitit.AutoExecutor(folder=folder, cluster="local", **options)

@@ -22,7 +22,7 @@ driver names them), the report's figures, and per-run resources. No JAX at impor
       MyOpt: my_package.my_module:make_optimizer   # (spec, scale, llome_cfg) -> RoundOptimizer
     resources:                   # per run: default, then by kind, method, run name
       default: {cpus: 1, gpus: 0, mem_gb: 4}
-      llome: {gpus: 1}
+      llome: {gpus: 1}           # mem_gb: null asks for no memory (no --mem; e.g. mem_per_gpu)
     costs: {MyOpt: [30, 10]}     # seconds for round 0 and per round (time limits, --dry-run)
     figures: [solver]            # what report.md draws (default: solver for a grid)
 """
@@ -82,6 +82,10 @@ PLAN_KEYS = (
     "costs",
     "figures",
 )
+
+
+#: a plan's ``mem_gb: null`` in its resources table: no memory asked (no ``--mem``)
+NO_MEMORY = -1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,7 +164,8 @@ class SweepPlan:
     def resources_for(self, name: str) -> Resources:
         """A task's resources: :func:`default_resources`, then the plan's ``default``, its
         kind's, its method's, its own (by run name) and ``*`` (the command line's ``--cpus``,
-        ``--gpus``, ``--mem-gb``), each changing only the fields it gives."""
+        ``--gpus``, ``--mem-gb``), each changing only the fields it gives (``mem_gb: null``:
+        no memory asked, :data:`NO_MEMORY`)."""
         spec = self.spec(name)
         kind = spec.kind if spec is not None else "ga"
         method = spec.method if spec is not None else DIFFICULTY
@@ -169,6 +174,8 @@ class SweepPlan:
         for key in ("default", kind, method, name, "*"):
             if key in table:
                 found = found.replace(**dataclasses.asdict(table[key]))
+        if found.mem_gb is not None and found.mem_gb < 0:  # mem_gb: null, no memory asked
+            found = dataclasses.replace(found, mem_gb=None)
         return found
 
     def seconds(self, name: str) -> float:
@@ -198,10 +205,13 @@ class SweepPlan:
         first, per_round = table[(kind, near)]
         return max(1.0, length / near) * (first + rounds * per_round)
 
-    def time_limit_minutes(self, name: str, margin: float = 2.0, floor: int = 10) -> int:
+    def time_limit_minutes(
+        self, name: str, margin: float = 2.0, floor: int = 10, cap: int | None = None
+    ) -> int:
         """A task's time limit: its estimated seconds times ``margin``, in whole minutes, at
-        least ``floor``."""
-        return max(int(floor), math.ceil(self.seconds(name) * margin / 60.0))
+        least ``floor`` and at most ``cap`` (``None``: no cap)."""
+        minutes = max(int(floor), math.ceil(self.seconds(name) * margin / 60.0))
+        return minutes if cap is None else min(int(cap), minutes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -533,8 +543,12 @@ def _resources(table: Mapping[str, Any]) -> tuple[tuple[str, Resources], ...]:
             )
         except (TypeError, ValueError):
             raise UsageError(f"resources.{key}: numbers only, got {value!r}") from None
-        # only the fields given change a run's resources
+        if found.mem_gb is not None and found.mem_gb < 0:
+            raise UsageError(f"resources.{key}.mem_gb: GB >= 0 (null: none asked), got {value!r}")
+        # only the fields given change a run's resources; mem_gb: null drops the memory asked
         given = {k: getattr(found, k) for k in value}
+        if "mem_gb" in value and value["mem_gb"] is None:
+            given["mem_gb"] = NO_MEMORY
         out.append((str(key), Resources(**{**dict.fromkeys(fields), **given})))
     return tuple(out)
 

@@ -19,6 +19,7 @@ from llome_jax.bench.results import (
     write_csv,
 )
 from llome_jax.bench.verdicts import Verdict
+from llome_jax.stats import bootstrap_interval_stratified
 
 __all__ = ["figure_difficulty_pareto", "hypervolume"]
 
@@ -136,8 +137,6 @@ def figure_difficulty_pareto(ctx: Context) -> tuple[str, list[Verdict]]:
         if not common or any(f not in per for f in common):
             return None
         return float(np.mean([np.mean(per[f]) for f in common]))
-
-    from llome_jax.stats import bootstrap_interval_stratified
 
     def on_common(family: str) -> dict[str, list[float]] | None:
         """The family's per-run hypervolumes on each common function (the verdict's values)."""

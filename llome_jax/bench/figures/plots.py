@@ -5,6 +5,8 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
+from llome_jax.run.plotting import BANDS, draw_regret_curves, mark_stopped
+
 __all__ = ["plot_calibration", "plot_curves", "pyplot", "save_figure"]
 
 
@@ -38,8 +40,6 @@ def plot_curves(
     Each curve ends at its run's last label (a method's median where fewer than half its runs
     go on); with ``stopped_before`` (the budget after round 0), the last point of every run
     that stopped before it is marked with an ``x`` in its method's colour."""
-    from llome_jax.run.plotting import BANDS, draw_regret_curves, mark_stopped
-
     plt = pyplot()
     n = max(1, len(panels))
     figure, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), dpi=100, squeeze=False)
