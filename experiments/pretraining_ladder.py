@@ -193,10 +193,8 @@ def report() -> int:
     _write_csv(LADDER / "summary.csv", list(summary[0]), summary)
     _plot(summary, lambo, scratch)
     print(
-        print(
-            "| rung | instances | pretraining steps | pairs seen | pretraining min | seeds "
-            "| median (95% CI) | p vs LaMBO-2 | p vs scratch | reaches LaMBO-2? |"
-        )
+        "| rung | instances | pretraining steps | pairs seen | pretraining min | seeds "
+        "| median (95% CI) | p vs LaMBO-2 | p vs scratch | reaches LaMBO-2? |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for s in summary:

@@ -19,6 +19,7 @@ import pathlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from llome_jax import optimizers
 from llome_jax.bench.plan import (
     MAX_ROUNDS_FACTOR,
     PRIOR_METHODS,
@@ -26,6 +27,14 @@ from llome_jax.bench.plan import (
     Scale,
     budget_after_round0,
 )
+from llome_jax.ga import optimizer as ga_optimizer
+from llome_jax.lambo2 import optimizer as lambo2_optimizer
+from llome_jax.llome import loop
+from llome_jax.llome.presets import PRESETS, check_weights_given, preset, prior_for_function
+from llome_jax.optimizers import LocalSearch, LocalSearchConfig
+from llome_jax.run import runner
+from llome_jax.run.lock import RunDirectoryInUseError
+from llome_jax.run.rundir import RunDirectory
 
 __all__ = ["ga_config", "lambo_config", "llome_config", "load_factory", "run_kind", "run_one"]
 
@@ -34,8 +43,6 @@ def llome_config(spec: RunSpec, scale: Scale):
     """LLOME's configuration: the scale's preset (``<preset>-pretrained`` for a method that
     starts from the shipped prior, or the preset with ``cpu-pretrained``'s changes where the
     scale's preset has no such variant), its overrides, the run's schedule, rounds and seed."""
-    from llome_jax.llome.presets import PRESETS, preset, prior_for_function
-
     name = scale.llome_preset
     overrides: dict[str, Any] = dict(scale.llome_overrides)
     if spec.method in PRIOR_METHODS:
@@ -65,8 +72,6 @@ def llome_config(spec: RunSpec, scale: Scale):
 
 def lambo_config(spec: RunSpec, scale: Scale, llome_cfg: Any):
     """LaMBO-2 on LLOME's round 0 (same GA seed data) with ``j`` proposals per round."""
-    from llome_jax.lambo2 import optimizer
-
     overrides = {
         **dict(scale.lambo_overrides),
         "function": spec.function,
@@ -82,14 +87,12 @@ def lambo_config(spec: RunSpec, scale: Scale, llome_cfg: Any):
         },
         "labels_per_round": llome_cfg.labels_per_round,
     }
-    return optimizer.preset(scale.lambo_preset, **overrides)
+    return lambo2_optimizer.preset(scale.lambo_preset, **overrides)
 
 
 def ga_config(spec: RunSpec, scale: Scale, llome_cfg: Any):
     """The GA on LLOME's round 0 (its generations and GA settings) with rounds of about ``j``
     labels: ``round(j / n)`` generations a round, enough rounds for ``rounds x j`` labels."""
-    from llome_jax.ga import optimizer as ga_optimizer
-
     n, j = llome_cfg.round0_ga.num_particles, llome_cfg.labels_per_round
     per_round = max(1, round(j / n))
     rounds = max(1, math.ceil(scale.rounds * j / (per_round * n)))
@@ -134,9 +137,6 @@ def run_one(
     if trackers:
         options["trackers"] = tuple(trackers)
     capped = dataclasses.replace(scale, rounds=MAX_ROUNDS_FACTOR * scale.rounds)
-    from llome_jax.run.lock import RunDirectoryInUseError
-    from llome_jax.run.rundir import RunDirectory
-
     try:
         result = run_kind(spec, capped, llome_config(spec, capped), path, options)
     except RunDirectoryInUseError:
@@ -156,9 +156,6 @@ def run_kind(spec: RunSpec, scale: Scale, llome_cfg: Any, path: pathlib.Path, op
     a factory ``ATTR(spec, scale, llome_cfg) -> RoundOptimizer`` (any optimizer that implements
     the round protocol of :mod:`llome_jax.run.runner`), run by the shared round driver."""
     if spec.kind.startswith("registry:"):  # a registered ask/tell optimizer, by name
-        from llome_jax import optimizers
-        from llome_jax.run import runner
-
         entry = optimizers.get(spec.kind.removeprefix("registry:"))
         if not issubclass(entry.config_class, optimizers.BenchmarkSettings):
             raise ValueError(
@@ -169,31 +166,19 @@ def run_kind(spec: RunSpec, scale: Scale, llome_cfg: Any, path: pathlib.Path, op
         plugin = entry.make(cfg)
         return runner.run(plugin, path, extra_config={"method": spec.method}, **options)
     if ":" in spec.kind:
-        from llome_jax.run import runner
-
         plugin = load_factory(spec.kind)(spec, scale, llome_cfg)
         return runner.run(plugin, path, **options)
     if spec.kind == "llome":
-        from llome_jax.llome import loop
-        from llome_jax.llome.presets import check_weights_given
-
         check_weights_given(llome_cfg)  # the paper preset without --weights: refused first
 
         return loop.run(
             llome_cfg, path, log_candidates=True, extra_config={"method": spec.method}, **options
         )
     if spec.kind == "lambo2":
-        from llome_jax.lambo2 import optimizer
-
-        return optimizer.run(lambo_config(spec, scale, llome_cfg), path, **options)
+        return lambo2_optimizer.run(lambo_config(spec, scale, llome_cfg), path, **options)
     if spec.kind == "local_search":  # the ask/tell plug-in, on LLOME's round 0 and j
-        from llome_jax.optimizers import LocalSearch, LocalSearchConfig
-        from llome_jax.run import runner
-
         cfg = LocalSearchConfig(**benchmark_settings(spec, scale, llome_cfg))
         return runner.run(LocalSearch(cfg), path, extra_config={"method": spec.method}, **options)
-    from llome_jax.ga import optimizer as ga_optimizer
-
     return ga_optimizer.run(ga_config(spec, scale, llome_cfg), path, **options)
 
 

@@ -51,7 +51,7 @@ from typing import Any, ClassVar
 import jax
 import numpy as np
 
-from llome_jax import configs, ga
+from llome_jax import configs, ehrlich, ga
 from llome_jax.ga import loop as ga_loop
 from llome_jax.metrics import frac_unique, regret, round_metrics
 from llome_jax.objective import Objective
@@ -61,7 +61,10 @@ from llome_jax.optimizers.base import (
     LabelledData,
     first_unlabelled,
 )
+from llome_jax.rough_mt_fuji import is_rmf_name
+from llome_jax.run import plotting
 from llome_jax.run.migrations import GA_MIGRATIONS
+from llome_jax.run.rundir import RunDirectory
 from llome_jax.run.runner import RunResult, progress_text
 from llome_jax.run.runner import run as run_rounds
 
@@ -380,11 +383,6 @@ def run_seeds(
       ValueError: a Rough Mt. Fuji or unknown function, or ``out`` that holds a run; nothing is
         written then.
     """
-    from llome_jax import ehrlich
-    from llome_jax.rough_mt_fuji import is_rmf_name
-    from llome_jax.run.plotting import plot_regret_curves
-    from llome_jax.run.rundir import RunDirectory
-
     if is_rmf_name(cfg.function):
         raise ValueError(
             "the many-seeds mode reads regret as 1 - f (an Ehrlich function); run Rough Mt. "
@@ -477,7 +475,7 @@ def run_seeds(
         problem = f"{cfg.function} = {fn.config.name}"
     if cfg.instance_seed is not None:
         problem += f" (instance seed {cfg.instance_seed})"
-    plot_regret_curves(
+    plotting.plot_regret_curves(
         {f"GA ({cfg.ga.num_particles} particles)": curves},
         out / RunDirectory.REGRET_PLOT,
         title=f"GA on {problem}, run seeds {seeds[0]}-{seeds[-1]}"

@@ -15,11 +15,12 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from llome_jax import configs
+from llome_jax import configs, ehrlich, priors
 from llome_jax.llome.data import PropEnConfig
 from llome_jax.llome.filter import FilterConfig
 from llome_jax.llome.refine import RefineConfig
 from llome_jax.llome.temperature import DEFAULT_TEMPERATURES
+from llome_jax.lm.pythia import PythiaConfig
 from llome_jax.optimizers.base import BenchmarkSettings
 from llome_jax.training.loss_registry import LOSS_SPECS
 
@@ -475,8 +476,6 @@ def check_weights_dir(path: str) -> pathlib.Path:
       FileNotFoundError: the directory or its ``config.json`` is missing.
       ValueError: it is not a GPT-NeoX checkpoint, or an unknown prior.
     """
-    from llome_jax import priors
-
     directory = priors.resolve(path) if priors.is_prior(path) else pathlib.Path(path)
     if not directory.is_dir():
         raise FileNotFoundError(f"--weights {directory}: no such directory")
@@ -516,8 +515,6 @@ def check_prior_fits(
     Raises:
       ValueError: one line saying what does not fit and what to use instead.
     """
-    from llome_jax import priors
-
     made = priors.provenance(check_weights_dir(weights))
     if not made:
         return
@@ -560,8 +557,6 @@ def check_prior_fits(
 def validate_config(cfg: LoopConfig, *, check_function: bool = True) -> None:
     """Eager checks of everything that can be wrong in user input (before any work or writes);
     ``check_function=False`` when an objective replaces ``cfg.function``."""
-    from llome_jax import ehrlich
-
     function = ehrlich.resolve_function(cfg.function, cfg.instance_seed) if check_function else None
     if cfg.weights is not None:
         check_weights_dir(cfg.weights)
@@ -570,6 +565,4 @@ def validate_config(cfg: LoopConfig, *, check_function: bool = True) -> None:
                 cfg.weights, function.name, cfg.instance_seed, cfg.text_format, function=function
             )
     else:
-        from llome_jax.lm.pythia import PythiaConfig
-
         PythiaConfig.preset(cfg.model, vocab_size=64, **dict(cfg.model_overrides))

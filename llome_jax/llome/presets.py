@@ -44,6 +44,7 @@ from __future__ import annotations
 from typing import Any
 
 from llome_jax import priors
+from llome_jax.ehrlich.instances import configuration_name
 from llome_jax.llome.config import LoopConfig
 
 __all__ = ["PRESETS", "check_weights_given", "preset", "prior_for_function"]
@@ -170,8 +171,6 @@ def prior_for_function(function: str) -> str:
     ``Ehr(v,L)-c-k-q`` name): the one pretrained on its configuration, else :data:`priors.DEFAULT`
     (which :func:`llome_jax.llome.config.check_prior_fits` then refuses for a configuration it was
     not pretrained on, naming the ``pretrain`` command)."""
-    from llome_jax.ehrlich.instances import configuration_name
-
     try:
         configuration = configuration_name(function)
     except ValueError:  # an instance file or an invalid name: validate_config says what is wrong

@@ -26,6 +26,7 @@ from llome_jax.training.loss_registry import loss_spec
 
 __all__ = [
     "LOOP_FIELDS",
+    "LOOP_NAMES",
     "MIN_INSTANCE_SEED",
     "PRESETS",
     "PretrainConfig",
@@ -206,9 +207,10 @@ def preset(name: str, **overrides: Any) -> PretrainConfig:
     return PretrainConfig().replace(**PRESETS[name]).replace(**overrides, preset=name)
 
 
-#: The settings :class:`PretrainConfig` shares with ``LoopConfig``: the same names with the same
-#: meaning, passed on as they are by :func:`loop_config` (only their defaults differ: the
-#: ``cpu`` LLOME preset's model, text format and round-1 training).
+#: The settings :class:`PretrainConfig` shares with ``LoopConfig``, with the same meaning, passed
+#: on by :func:`loop_config` (only their defaults differ: the ``cpu`` LLOME preset's model, text
+#: format and round-1 training); the GA per instance is ``LoopConfig``'s round 0
+#: (:data:`LOOP_NAMES`).
 LOOP_FIELDS = (
     "function",
     "seed",
@@ -222,6 +224,10 @@ LOOP_FIELDS = (
 )
 
 
+#: the :data:`LOOP_FIELDS` whose ``LoopConfig`` name differs (the benchmark's shared names)
+LOOP_NAMES = {"ga_generations": "round0_generations", "ga": "round0_ga"}
+
+
 def loop_config(cfg: PretrainConfig) -> LoopConfig:
     """The LLOME configuration whose model, codec and train step pretraining uses (one round of
     ``cfg.loss`` on the first instance's configuration, from scratch): ``cfg``'s
@@ -231,7 +237,7 @@ def loop_config(cfg: PretrainConfig) -> LoopConfig:
         schedule=((cfg.loss, 1),),
         rounds=1,
         preset="custom",
-        **{name: getattr(cfg, name) for name in LOOP_FIELDS},
+        **{LOOP_NAMES.get(name, name): getattr(cfg, name) for name in LOOP_FIELDS},
     )
 
 

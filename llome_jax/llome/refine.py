@@ -61,7 +61,7 @@ from llome_jax.host import threads as host_threads
 from llome_jax.host.parallel import DATA_AXIS
 from llome_jax.llome.data import first_occurrences
 from llome_jax.llome.seeds import next_refinement_inputs
-from llome_jax.lm.sample import SampleConfig, generate
+from llome_jax.lm import sample  # sample.generate looked up per call (tests replace it)
 from llome_jax.objective import Objective, problem_shape
 from llome_jax.objective import feasible as objective_feasible
 
@@ -314,7 +314,7 @@ def iterative_refinement(
 
     model_vocab = getattr(getattr(model, "config", None), "vocab_size", None)
     vocab_limit = codec.vocab_size if model_vocab and model_vocab > codec.vocab_size else None
-    sample_config = SampleConfig(
+    sample_config = sample.SampleConfig(
         max_new_tokens=codec.max_new_tokens,
         top_k=config.top_k,
         stop_token_ids=tuple(int(t) for t in codec.stop_token_ids),
@@ -343,7 +343,7 @@ def iterative_refinement(
                 _shared_prompts(ids[part], mask[part], multiple) if config.share_prompts else None
             )
             c_ids, c_mask, c_rows = (ids[part], mask[part], None) if shared is None else shared
-            return generate(
+            return sample.generate(
                 jax.random.fold_in(key_it, c),
                 model,
                 c_ids,

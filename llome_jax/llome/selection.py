@@ -47,7 +47,7 @@ import numpy as np
 
 from llome_jax.llome.data import train_val_split
 from llome_jax.llome.refine import _chunking, _mesh_size
-from llome_jax.lm.sample import SampleConfig, generate
+from llome_jax.lm import sample  # sample.generate looked up per call (tests replace it)
 from llome_jax.lm.text_format import PROMPT_TAG
 from llome_jax.objective import feasible as objective_feasible
 
@@ -298,7 +298,7 @@ def greedy_gate(
     rows = np.concatenate([np.arange(n), np.zeros(chunk * num_chunks - n, np.int64)])
     ids, mask = ids[rows], mask[rows]  # padding rows repeat row 0 (discarded)
     model_vocab = getattr(getattr(model, "config", None), "vocab_size", None)
-    config = SampleConfig(
+    config = sample.SampleConfig(
         max_new_tokens=codec.max_new_tokens,
         top_k=None,  # greedy rows take the argmax of the raw logits
         stop_token_ids=tuple(int(t) for t in codec.stop_token_ids),
@@ -307,7 +307,7 @@ def greedy_gate(
     )
     key = jax.random.key(0)  # unused by greedy rows
     outs = [
-        generate(
+        sample.generate(
             key,
             model,
             ids[c * chunk : (c + 1) * chunk],

@@ -59,6 +59,7 @@ from llome_jax.metrics import round_metrics
 from llome_jax.objective import Objective
 from llome_jax.optimizers.plugin import RoundOptimizerBase
 from llome_jax.oracle import check_contract_settings
+from llome_jax.run.checkpoint import abstract_like
 from llome_jax.run.runner import RoundResult, optimum_stop_reason, progress_text, round0_key
 
 __all__ = [
@@ -534,8 +535,6 @@ class AskTellOptimizer(RoundOptimizerBase):
         """The newest readable checkpoint, restored into the shapes :meth:`init_state` gives
         (called on the start sequence alone, ``data.round0`` ``None``: the shapes must not
         depend on the data)."""
-        from llome_jax.run.checkpoint import abstract_like
-
         x0 = np.asarray(self.x0, np.int32)[None]
         start = LabelledData(x0, np.zeros(1), int(self.objective.num_states), self.oracle.lookup)
         inner = self.init_state(jax.random.key(0), start)

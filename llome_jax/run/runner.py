@@ -43,6 +43,13 @@ from typing import Any, Generic, Protocol, TypeVar
 import jax
 import numpy as np
 
+from llome_jax.host import compile_cache
+from llome_jax.run.checkpoint import CheckpointManager
+from llome_jax.run.integrity import repair as roll_back
+from llome_jax.run.lock import acquire_lock
+from llome_jax.run.provenance import provenance
+from llome_jax.run.rundir import RunDirectory, _normalise
+
 __all__ = [
     "RoundOptimizer",
     "RoundResult",
@@ -159,7 +166,7 @@ def progress_text(record: Mapping[str, Any]) -> str:
 
 def progress_bar(enabled: bool, **kwargs: Any) -> Any:
     """A transient tqdm bar (a no-op one when ``enabled`` is false)."""
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # lazy: tqdm.auto picks the notebook or terminal bar at import
 
     return tqdm(disable=not enabled, leave=False, dynamic_ncols=True, **kwargs)
 
@@ -259,9 +266,6 @@ def run(
       run_lock.RunDirectoryInUseError: another process is running in ``out`` (it holds the directory's
         lock); nothing is written then.
     """
-    from llome_jax.run.provenance import provenance
-    from llome_jax.run.rundir import RunDirectory
-
     if budget is not None and (
         isinstance(budget, bool) or not isinstance(budget, int) or budget < 1
     ):
@@ -274,9 +278,6 @@ def run(
     # one provenance entry per invocation: a resume appends it to the saved ones (never compared)
     config["provenance"] = [provenance()]
     if repair and resume and pathlib.Path(out, "config.json").is_file():
-        from llome_jax.run.integrity import repair as roll_back
-        from llome_jax.run.lock import acquire_lock
-
         handle = acquire_lock(pathlib.Path(out))  # nobody else writes while it is cut
         try:
             step = roll_back(out)
@@ -312,9 +313,6 @@ def _run_rounds(
     bars: bool = True,
 ) -> RunResult[State]:
     """The body of :func:`run` once ``run_dir`` is open and locked."""
-    from llome_jax.run.checkpoint import CheckpointManager
-    from llome_jax.run.rundir import _normalise
-
     records: list[dict[str, Any]] = []
 
     def log_round(record: dict[str, Any]) -> None:
@@ -491,8 +489,6 @@ def _release_if_crowded(log: Callable[[str], None] | None) -> None:
     """After a round: free this process's compiled programs when their memory mappings near the
     kernel's limit (:func:`llome_jax.host.compile_cache.release_if_crowded`); the next round compiles
     what it needs again."""
-    from llome_jax.host import compile_cache
-
     held = compile_cache.release_if_crowded()
     if held is not None and log is not None:
         log(f"freed the compiled programs: {held} memory mappings, over half of vm.max_map_count")

@@ -11,7 +11,7 @@ One API for every engine, on the paper driver's plan and run directories::
 and one command, ``llome-jax sweep [PLAN] --executor inline|local|slurm|ray``
 (:mod:`llome_jax.commands.sweep`).
 
-Modules, by concern (none imports JAX at import; the engines are imported when used):
+Modules, by concern (none imports JAX at import; submitit and Ray are imported when used):
 
 * :mod:`.plans` -- :class:`~.plans.SweepPlan`: the runs (the paper's plan or a YAML file), their
   resources and time limits from the plan's cost table.

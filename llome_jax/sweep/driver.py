@@ -23,7 +23,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llome_jax.bench.plan import UsageError
+from llome_jax.host import compile_cache
 from llome_jax.sweep import fingerprint
+from llome_jax.sweep.engines import RayExecutor, SubmititExecutor
+from llome_jax.sweep.local import InlineExecutor, LocalExecutor
 from llome_jax.sweep.plans import DIFFICULTY, SweepPlan
 from llome_jax.sweep.tasks import CACHE_MODES, Task, TaskResult, log_path
 
@@ -73,21 +76,13 @@ def make_executor(name: str, out: str | os.PathLike, **options: Any) -> Any:
       ValueError: an unknown executor.
     """
     if name == "inline":
-        from llome_jax.sweep.local import InlineExecutor
-
         return InlineExecutor()
     if name == "local":
-        from llome_jax.sweep.local import LocalExecutor
-
         return LocalExecutor(**options)
     if name == "slurm":
-        from llome_jax.sweep.engines import SubmititExecutor
-
         folder = options.pop("folder", None) or pathlib.Path(out) / "sweep" / "submitit"
         return SubmititExecutor(folder, **options)
     if name == "ray":
-        from llome_jax.sweep.engines import RayExecutor
-
         return RayExecutor(**options)
     raise ValueError(f"unknown executor {name!r}; choose from {', '.join(EXECUTORS)}")
 
@@ -177,8 +172,6 @@ def run_sweep(
         for name in changed:
             shutil.rmtree(out / "runs" / name)
     if engine.name == "inline" and cache == "task":  # one process: one cache for every run
-        from llome_jax.host import compile_cache
-
         compile_cache.enable(out / ".jax_cache" / "inline")
     previous = _attempts(out)
     pending = [
@@ -239,7 +232,7 @@ def write_sweep_report(
     """The paper driver's report of every planned run that finished, then a ``Sweep`` section:
     the executor, what is missing and why (``summary``'s reasons; runs outside ``selected``
     were not selected), where the failures are."""
-    from llome_jax.bench import report
+    from llome_jax.bench import report  # lazy: JAX (sweep/__init__.py: no JAX at import)
 
     total = sum(plan.seconds(name) for name in plan.names)
     report.write_report(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import importlib
 import os
 import pathlib
 import re
@@ -25,6 +26,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
+from llome_jax.host import threads as host_threads
 from llome_jax.sweep.cluster_settings import (
     MEMORY_KEYS,
     check_max_minutes,
@@ -68,8 +70,6 @@ T = TypeVar("T")
 
 def require(module: str, extra: str) -> Any:
     """``import module``, or an ``ImportError`` naming the extra that installs it."""
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError:
@@ -310,8 +310,6 @@ class SubmititExecutor:
         self, submitit: Any, folder: str, tasks: Sequence[Task], plan: SweepPlan
     ) -> Iterator[TaskResult]:
         """submitit's local executor, at most ``parallelism`` jobs at a time."""
-        from llome_jax.host import threads as host_threads
-
         limit = int(self.parallelism or host_threads.usable_cores())
         pending = collections.deque(tasks)
         running: dict[Any, Task] = {}
@@ -486,7 +484,7 @@ class RayExecutor:
     def close(self) -> None:
         """Stop the Ray this executor started (a cluster it connected to keeps running)."""
         if self._started:
-            import ray
+            import ray  # lazy: an optional dependency (the ray extra)
 
             ray.shutdown()
             self._started = False

@@ -13,6 +13,7 @@ plan on the label budget and the rounds (:func:`legacy_matches`). No JAX at impo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -21,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llome_jax.bench.plan import MAX_ROUNDS_FACTOR, RunSpec, Scale, budget_after_round0
+from llome_jax.run.files import atomic_write_text
 
 __all__ = [
     "FINGERPRINT",
@@ -94,8 +96,6 @@ def run_fingerprint(spec: RunSpec, scale: Scale) -> str:
 def stamp(path: str | pathlib.Path, spec: RunSpec, scale: Scale) -> None:
     """Add the run's fingerprint and its inputs to the finished run ``path``'s ``done.json``
     (its other keys kept; written atomically). Nothing happens without a ``done.json``."""
-    from llome_jax.run.files import atomic_write_text
-
     done = pathlib.Path(path) / "done.json"
     try:
         record = json.loads(done.read_text())
@@ -195,9 +195,7 @@ def _planned_rounds(spec: RunSpec, scale: Scale) -> set[int]:
     """The ``config.json`` rounds a run of ``spec`` at ``scale`` may record."""
     rounds = {int(scale.rounds), MAX_ROUNDS_FACTOR * int(scale.rounds)}
     if spec.kind == "ga":
-        import dataclasses
-
-        from llome_jax.bench import execution
+        from llome_jax.bench import execution  # lazy: JAX; no JAX at import (module docstring)
 
         capped = dataclasses.replace(scale, rounds=MAX_ROUNDS_FACTOR * scale.rounds)
         with contextlib.suppress(ValueError, TypeError, KeyError):

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import multiprocessing
 import os
 import pathlib
 import pickle
 import signal
 import time
 from collections.abc import Iterator, Sequence
+from multiprocessing.connection import wait
 from typing import Any
 
+from llome_jax.host import threads as host_threads
 from llome_jax.sweep.plans import SweepPlan
 from llome_jax.sweep.tasks import Task, TaskResult, log_path, logged_process, run_task, slug
 
@@ -107,8 +110,6 @@ class LocalExecutor:
         gpus: Sequence[str] | None = None,
         cores: Sequence[int] | None = None,
     ) -> None:
-        from llome_jax.host import threads as host_threads
-
         self.cores = list(host_threads.core_ids() if cores is None else cores)
         self.workers = int(workers or len(self.cores) or os.cpu_count() or 1)
         if self.workers < 1:
@@ -116,9 +117,6 @@ class LocalExecutor:
         self.gpus = list(visible_gpus() if gpus is None else gpus)
 
     def run(self, tasks: Sequence[Task], plan: SweepPlan) -> Iterator[TaskResult]:
-        import multiprocessing
-        from multiprocessing.connection import wait
-
         context = multiprocessing.get_context("spawn")
         pending = collections.deque(tasks)
         running: dict[Any, _Running] = {}

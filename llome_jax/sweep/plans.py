@@ -30,6 +30,7 @@ driver names them), the report's figures, and per-run resources. No JAX at impor
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import fnmatch
 import math
 import pathlib
@@ -37,6 +38,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import yaml
+
+from llome_jax import configs
 from llome_jax.bench.plan import (
     EXTRA_METHODS,
     F2_METHODS,
@@ -46,6 +50,7 @@ from llome_jax.bench.plan import (
     Scale,
     UsageError,
     build_plan,
+    function_length,
     parse_figures,
     parse_functions,
     parse_methods,
@@ -191,8 +196,6 @@ class SweepPlan:
         if spec.method in costs:
             first, per_round = costs[spec.method]
             return first + rounds * per_round
-        from llome_jax.bench.plan import function_length
-
         length = function_length(spec.function)
         table = dict(self.scale.seconds)
         kind = "ga" if ":" in spec.kind else spec.kind
@@ -260,8 +263,6 @@ def load_plan(path: str | pathlib.Path) -> SweepPlan:
       UsageError: an unreadable file, an unknown key, scale, method or figure, or a value of
         the wrong type; named.
     """
-    import yaml
-
     path = pathlib.Path(path)
     try:
         data = yaml.safe_load(path.read_text())
@@ -312,7 +313,7 @@ def plan_from_dict(data: Mapping[str, Any]) -> SweepPlan:
     optimizers = {str(k): str(v) for k, v in _mapping(data, "optimizers", None).items()}
     for label, factory in optimizers.items():
         if ":" not in factory:  # a registered optimizer's name (llome_jax.optimizers)
-            from llome_jax import optimizers as registry
+            from llome_jax import optimizers as registry  # lazy: JAX (module docstring)
 
             if factory not in registry.names():
                 raise UsageError(
@@ -375,8 +376,6 @@ REGISTERED = "registry:"
 
 def _closest(word: str, choices: Sequence[str]) -> str:
     """``"; did you mean 'x'?"`` for the closest of ``choices`` (difflib), or ``""``."""
-    import difflib
-
     found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f"; did you mean {found[0]!r}?" if found else ""
 
@@ -388,7 +387,7 @@ def _check_optimizer_settings(scale: Scale) -> None:
     Raises:
       UsageError: one line naming the preset or key and the closest valid one.
     """
-    from llome_jax import configs
+    # lazy: JAX and the optimizers; this module loads no JAX at import (module docstring)
     from llome_jax.lambo2 import optimizer as lambo2
     from llome_jax.llome import presets
 
@@ -423,8 +422,6 @@ def _check_resource_keys(
     Raises:
       UsageError: naming the key and the closest valid one.
     """
-    from llome_jax.bench.plan import EXTRA_METHODS, F2_METHODS, METHODS
-
     kinds = {"ga", "llome", "lambo2", "local_search", *(r.kind for r in runs)}
     methods = {*METHODS, *EXTRA_METHODS, *F2_METHODS, *(r.method for r in runs)}
     valid = ["default", *sorted(kinds), *sorted(methods)]
@@ -470,7 +467,7 @@ def _grid(
 
 
 def _check_function(function: str) -> None:
-    from llome_jax import ehrlich
+    from llome_jax import ehrlich  # lazy: JAX; no JAX at import (module docstring)
 
     try:
         ehrlich.resolve_function(function)

@@ -23,13 +23,18 @@ import contextlib
 import dataclasses
 import os
 import pathlib
+import re
+import signal
 import socket
+import sys
 import time
 import traceback
 from collections.abc import Mapping
 from typing import Any
 
 from llome_jax.bench.plan import RunSpec, Scale
+from llome_jax.host import compile_cache
+from llome_jax.sweep import fingerprint
 
 __all__ = [
     "CACHE_MODES",
@@ -152,8 +157,6 @@ def log_path(out: str | pathlib.Path, name: str, attempt: int) -> pathlib.Path:
 def logged_process(text: str) -> tuple[str, int]:
     """``(host, pid)`` from a task log's first line (``[run] attempt 2 on HOST, pid PID``), or
     ``("", 0)`` when the log has no such line."""
-    import re
-
     found = re.search(r"^\[[^\]]+\] attempt \d+ on (\S+), pid (\d+)$", text, re.MULTILINE)
     return (found.group(1), int(found.group(2))) if found else ("", 0)
 
@@ -193,6 +196,7 @@ def run_task(task: Task) -> TaskResult:
 
 
 def _run(task: Task) -> str:
+    # lazy: JAX; run_task sets the task's environment before JAX starts (module docstring)
     from llome_jax.bench import difficulty, execution
 
     out = pathlib.Path(task.out)
@@ -207,8 +211,6 @@ def _run(task: Task) -> str:
     trackers = _faults(task)
     how = execution.run_one(task.spec, task.scale, path, progress=True, trackers=trackers)
     if how in ("new", "resumed"):  # what the run was made from (llome_jax.sweep.fingerprint)
-        from llome_jax.sweep import fingerprint
-
         fingerprint.stamp(path, task.spec, task.scale)
     return how
 
@@ -217,12 +219,10 @@ def _enable_cache(task: Task, out: pathlib.Path) -> None:
     """The task's compilation cache (:data:`CACHE_MODES`)."""
     if task.cache == "off":
         return
-    from llome_jax.host import compile_cache
-
     if task.cache == "node":
         root = pathlib.Path(os.environ.get("TMPDIR") or "/tmp") / f"llome_jax_cache_{os.getuid()}"
         if compile_cache.enable(root):
-            import jax
+            import jax  # lazy: after the task's environment is set (module docstring)
 
             if jax.config.jax_compilation_cache_dir == str(root):
                 jax.config.update("jax_compilation_cache_max_size", NODE_CACHE_BYTES)
@@ -232,8 +232,6 @@ def _enable_cache(task: Task, out: pathlib.Path) -> None:
 
 def _redirect_output(path: pathlib.Path) -> None:
     """This process's stdout and stderr (file descriptors 1 and 2, so XLA's too) to ``path``."""
-    import sys
-
     path.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -268,8 +266,6 @@ class _Fault:
     def log_round(self, record: Mapping[str, Any]) -> None:
         action = self.actions.get(int(record["round"]))
         if action == "kill":
-            import signal
-
             print(f"fault injection: SIGKILL after round {record['round']}'s record", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         elif action == "raise":
