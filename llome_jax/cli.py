@@ -7,9 +7,10 @@ never touches this file. Command modules keep heavy imports inside ``run`` so ``
 Bad input (a ``ValueError``, an ``OSError`` such as a missing or unreadable file, a run directory
 in use) ends a command with one line ``llome-jax COMMAND: error: ...`` on stderr and exit code 2;
 the commands check their input before they write anything. A resume that has nothing to do
-(``rundir.NothingToDoError``) says so on stdout and exits 0. Ctrl-C (exit 130) and SIGTERM
-(exit 143) end a run with one line, no traceback: what the run directory kept (the rounds up to
-its last checkpoint) and the ``--resume`` command that continues it. During the rounds the first
+(``rundir.NothingToDoError``) says so on stdout and exits 0. Ctrl-C (exit 130), SIGTERM
+(exit 143) and SIGUSR2 (a scheduler's time-limit or preemption warning, exit 140) end a run
+with one line, no traceback: what the run directory kept (the rounds up to its last
+checkpoint) and the ``--resume`` command that continues it. During the rounds the first
 signal finishes the current round and a second abandons it (``llome_jax.run.runner.run``).
 """
 
@@ -71,13 +72,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     from llome_jax.run.lock import RunDirectoryInUseError
     from llome_jax.run.rundir import NothingToDoError
-    from llome_jax.run.runner import Terminated
+    from llome_jax.run.runner import Preempted, Terminated
 
     previous = signal.signal(signal.SIGTERM, _terminated) if _main_thread() else None
     try:
         return int(args._run(args) or 0)
     except (KeyboardInterrupt, Terminated) as stop:
-        code = 143 if isinstance(stop, Terminated) else 130
+        code = 140 if isinstance(stop, Preempted) else 143 if isinstance(stop, Terminated) else 130
         print(f"llome-jax {args.command}: {_interrupted(args, stop)}", file=sys.stderr)
         return code
     except NothingToDoError as done:  # a resume asking for fewer rounds than the run holds
@@ -110,9 +111,15 @@ def _interrupted(args: argparse.Namespace, stop: BaseException) -> str:
     is lost)."""
     import pathlib
 
-    from llome_jax.run.runner import Terminated
+    from llome_jax.run.runner import Preempted, Terminated
 
-    what = "interrupted (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
+    what = (
+        "interrupted (SIGUSR2: time limit or preemption)"
+        if isinstance(stop, Preempted)
+        else "interrupted (SIGTERM)"
+        if isinstance(stop, Terminated)
+        else "interrupted (Ctrl-C)"
+    )
     out = getattr(args, "out", None)
     if out is None or not (pathlib.Path(out) / "config.json").is_file():
         return f"{what}; nothing to resume."

@@ -1,4 +1,5 @@
-"""Ctrl-C and SIGTERM end a run with one line saying how to resume, no traceback (exit 130/143),
+"""Ctrl-C, SIGTERM and SIGUSR2 (a scheduler's time-limit warning) end a run with one line saying
+how to resume, no traceback (exit 130/143/140),
 and the resumed run ends as an uninterrupted one. The first signal finishes the current round; a
 second one abandons it (``runner._StopAtRoundEnd``)."""
 
@@ -64,7 +65,9 @@ def _wait_for_rounds(out: pathlib.Path, count: int, process: subprocess.Popen) -
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGUSR2, 140)]
+)
 def test_an_interrupted_run_says_how_to_resume_and_resumes_exactly(
     sig: int, code: int, tmp_path: pathlib.Path
 ) -> None:
@@ -77,6 +80,8 @@ def test_an_interrupted_run_says_how_to_resume_and_resumes_exactly(
     lines = err.strip().splitlines()
     assert "Traceback" not in err
     assert len(lines) == 1, err
+    said = {130: "(Ctrl-C)", 143: "(SIGTERM)", 140: "(SIGUSR2: time limit or preemption)"}
+    assert f"interrupted {said[code]}" in lines[0]
     assert f"llome-jax ga --resume --out {out}" in lines[0] and "keeps rounds 0-" in lines[0]
     kept = int(lines[0].split("keeps rounds 0-")[1].split()[0])
     # resumed to two rounds more, it equals a run of that many rounds made in one go
@@ -124,21 +129,23 @@ def _ga_run(out: pathlib.Path, rounds: int, **options):
 
 
 @pytest.mark.parametrize(
-    ("count", "kept"),
-    [(1, 2), (2, 1)],  # one signal: round 2 is finished; two: round 2 is abandoned
-    ids=["finish", "abandon"],
+    ("sig", "count", "kept"),
+    # one signal: round 2 is finished; two: round 2 is abandoned
+    [(signal.SIGTERM, 1, 2), (signal.SIGTERM, 2, 1), (signal.SIGUSR2, 1, 2)],
+    ids=["finish", "abandon", "usr2-finish"],
 )
 def test_a_signal_stops_at_the_round_boundary_and_a_second_abandons_the_round(
-    count: int, kept: int, tmp_path: pathlib.Path
+    sig: int, count: int, kept: int, tmp_path: pathlib.Path
 ) -> None:
     from llome_jax.run.integrity import checkpoint_steps
-    from llome_jax.run.runner import Terminated
+    from llome_jax.run.runner import Preempted, Terminated
 
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = signal.getsignal(sig)
     out = tmp_path / "run"
-    with pytest.raises(Terminated):
-        _ga_run(out, 5, trackers=[_SignalAt(signal.SIGTERM, 2, count)])
-    assert signal.getsignal(signal.SIGTERM) is previous  # the handlers are put back
+    with pytest.raises(Terminated) as stopped:
+        _ga_run(out, 5, trackers=[_SignalAt(sig, 2, count)])
+    assert isinstance(stopped.value, Preempted) == (sig == signal.SIGUSR2)
+    assert signal.getsignal(sig) is previous  # the handlers are put back
     assert checkpoint_steps(out)[-1] == kept
     _ga_run(out, 4, resume=True)
     _ga_run(tmp_path / "once", 4)

@@ -63,6 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--report-only", action="store_true", help="write the report from the finished runs"
     )
+    parser.add_argument(
+        "--status",
+        action="store_true",
+        help="print where every run stands (finished, queued or running with its SLURM job, "
+        "failed with its error, stopped after round k, not started) and exit; submits nothing "
+        "(a driver may be running)",
+    )
     parser.add_argument("--no-report", action="store_true", help="no report after the runs")
     parser.add_argument(
         "--rerun-changed",
@@ -196,6 +203,12 @@ def run(args: argparse.Namespace) -> int:
         print_plan(plan, out, names, args, changed, engine)
         if engine is not None:  # refused as the run would be: exit 2
             engine.check([n for n in names if n in changed or not driver.finished(out, n)], plan)
+        return 0
+    if args.status:
+        from llome_jax.sweep import status
+
+        names = plan.select(patterns)
+        print(status.status_text(plan, out, status.sweep_status(plan, out, names)))
         return 0
     if args.report_only:
         out.mkdir(parents=True, exist_ok=True)

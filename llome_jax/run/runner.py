@@ -23,10 +23,13 @@ compute, append the labelled sequences and the round record (then the trackers g
 checkpoint; a resume rolls the logs back to the newest readable checkpoint and recomputes the rest
 (identically), so no labelled sequence is lost or duplicated.
 
-Ctrl-C (SIGINT) and SIGTERM during :func:`run` (in the main thread) finish the current round:
-its labels, record and checkpoint are written, then ``KeyboardInterrupt`` or :class:`Terminated`
-is raised at the round boundary (the CLI turns it into one line and exit 130/143). A second
-signal abandons the round at once; the resume recomputes it from the last checkpoint.
+Ctrl-C (SIGINT), SIGTERM and SIGUSR2 during :func:`run` (in the main thread) finish the current
+round: its labels, record and checkpoint are written, then ``KeyboardInterrupt``,
+:class:`Terminated` or :class:`Preempted` is raised at the round boundary (the CLI turns it into
+one line and exit 130/143/140). SIGUSR2 is the scheduler's warning before a time limit or a
+preemption (submitit asks SLURM for it: ``#SBATCH --signal=USR2@90``); under submitit the sweep's
+task then checkpoints and requeues (:mod:`llome_jax.sweep.requeue`). A second signal abandons the
+round at once; the resume recomputes it from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from llome_jax.run.provenance import provenance
 from llome_jax.run.rundir import RunDirectory, _normalise
 
 __all__ = [
+    "Preempted",
     "RoundOptimizer",
     "RoundResult",
     "RunResult",
@@ -175,11 +179,24 @@ class Terminated(BaseException):
     """SIGTERM, raised in the main thread so that a run stops as after Ctrl-C."""
 
 
+class Preempted(Terminated):
+    """SIGUSR2: the scheduler's warning before a time limit or a preemption (module docstring);
+    a :class:`Terminated`, so that whatever stops on SIGTERM stops on it too."""
+
+
+#: the signals :func:`run` stops at a round boundary on, with their names and what they raise
+STOP_SIGNALS: tuple[tuple[str, str, type[BaseException]], ...] = (
+    ("SIGINT", "Ctrl-C", KeyboardInterrupt),
+    ("SIGTERM", "SIGTERM", Terminated),
+    ("SIGUSR2", "SIGUSR2 (time limit or preemption)", Preempted),
+)
+
+
 class _StopAtRoundEnd:
-    """Signal handlers for the rounds of :func:`run`: the first Ctrl-C or SIGTERM is noted (one
-    line through ``log``) and raised by :meth:`check` at the next round boundary, once the round's
-    files and checkpoint are written; a second one raises at once. Installed only in the main
-    thread; a SIGINT that the process ignores (a background job) stays ignored."""
+    """Signal handlers for the rounds of :func:`run` (:data:`STOP_SIGNALS`): the first one is
+    noted (one line through ``log``) and raised by :meth:`check` at the next round boundary, once
+    the round's files and checkpoint are written; a second one raises at once. Installed only in
+    the main thread; a SIGINT that the process ignores (a background job) stays ignored."""
 
     def __init__(self, log: Callable[[str], None]) -> None:
         self._log = log
@@ -189,7 +206,10 @@ class _StopAtRoundEnd:
     def __enter__(self) -> _StopAtRoundEnd:
         if threading.current_thread() is not threading.main_thread():
             return self
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for name, _, _ in STOP_SIGNALS:
+            signum = getattr(signal, name, None)
+            if signum is None:  # SIGUSR2 where the platform has none
+                continue
             previous = signal.getsignal(signum)
             if signum == signal.SIGINT and previous == signal.SIG_IGN:
                 continue
@@ -202,12 +222,15 @@ class _StopAtRoundEnd:
         self._previous.clear()
 
     def _handle(self, signum: int, frame: object) -> None:
-        stop = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        _, said, kind = next(
+            entry for entry in STOP_SIGNALS if getattr(signal, entry[0], None) == signum
+        )
+        stop = kind()
         if self._pending is not None:  # the second signal: abandon the round now
             raise stop
         self._pending = stop
-        name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
-        self._log(f"{name}: finishing this round, then stopping ({name} again abandons it)")
+        short = said.split(" (")[0]
+        self._log(f"{said}: finishing this round, then stopping ({short} again abandons it)")
 
     def check(self) -> None:
         """Raise the noted signal (between rounds, after the checkpoint)."""

@@ -44,7 +44,7 @@ __all__ = [
 #: keys whose value is a shell line or a list of them (submitit takes a list)
 LINE_KEYS = ("setup", "teardown")
 #: keys whose value is a whole number (minutes or a count)
-WHOLE_KEYS = ("time", "signal_delay_s", "array_parallelism")
+WHOLE_KEYS = ("time", "signal_delay_s", "array_parallelism", "max_num_timeout")
 #: keys whose value may be a boolean (``exclusive`` also ``user`` or ``mcs``)
 BOOLEAN_KEYS = ("exclusive", "stderr_to_stdout", "use_srun")
 #: keys that ask SLURM for memory per GPU or per CPU, which ``--mem`` (``mem_gb``) clashes with

@@ -13,6 +13,7 @@ last checkpoint), and finally writes the paper driver's report from whatever fin
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -26,7 +27,8 @@ from llome_jax.bench.plan import UsageError
 from llome_jax.host import compile_cache
 from llome_jax.sweep import fingerprint
 from llome_jax.sweep.engines import RayExecutor, SubmititExecutor
-from llome_jax.sweep.local import InlineExecutor, LocalExecutor
+from llome_jax.sweep.jobs import JobBook, driver_lock
+from llome_jax.sweep.local import InlineExecutor, LocalExecutor, died
 from llome_jax.sweep.plans import DIFFICULTY, SweepPlan
 from llome_jax.sweep.tasks import CACHE_MODES, Task, TaskResult, log_path
 
@@ -165,61 +167,53 @@ def run_sweep(
     check = getattr(engine, "check", None)  # e.g. the slurm executor's time cap
     if check is not None:
         check([name for name in names if name in changed or not finished(out, name)], plan)
-    out.mkdir(parents=True, exist_ok=True)
-    if changed:
-        shown = ", ".join(list(changed)[:3]) + (" ..." if len(changed) > 3 else "")
-        log(f"re-running {len(changed)} run(s) another plan made, from scratch: {shown}")
-        for name in changed:
-            shutil.rmtree(out / "runs" / name)
-    if engine.name == "inline" and cache == "task":  # one process: one cache for every run
-        compile_cache.enable(out / ".jax_cache" / "inline")
-    previous = _attempts(out)
-    pending = [
-        Task(
-            name,
-            plan.spec(name),
-            plan.scale,
-            str(out),
-            attempt=previous.get(name, 0) + 1,
-            env=tuple((env or {}).items()),
-            cache=cache,
+    with driver_lock(out):  # one driver per OUT (before anything is written or removed)
+        out.mkdir(parents=True, exist_ok=True)
+        if changed:
+            shown = ", ".join(list(changed)[:3]) + (" ..." if len(changed) > 3 else "")
+            log(f"re-running {len(changed)} run(s) another plan made, from scratch: {shown}")
+            for name in changed:
+                shutil.rmtree(out / "runs" / name)
+        if engine.name == "inline" and cache == "task":  # one process: one cache for every run
+            compile_cache.enable(out / ".jax_cache" / "inline")
+        book = JobBook(out, engine.name)
+        pending, attached = _pending(engine, plan, out, names, book, env, cache, log)
+        skipped = len(names) - len(pending) - len(attached)
+        again = f", {len(attached)} re-attached (queued or running)" if attached else ""
+        log(
+            f"{len(names)} run(s) of plan {plan.name!r} on {engine.name}: {skipped} finished"
+            f"{again}, {len(pending)} to run"
         )
-        for name in names
-        if not finished(out, name)
-    ]
-    skipped = len(names) - len(pending)
-    log(
-        f"{len(names)} run(s) of plan {plan.name!r} on {engine.name}: {skipped} finished, "
-        f"{len(pending)} to run"
-    )
-    results: list[TaskResult] = []
-    last_failure: dict[str, TaskResult] = {}
-    try:
-        failures = _submit(engine, plan, out, pending, retries, results, last_failure, log)
-    finally:
-        close = getattr(engine, "close", None)
-        if close is not None:
-            close()
-    done = tuple(name for name in names if finished(out, name))
-    missing = {}
-    for name in names:
-        if name in done:
-            continue
-        failure = last_failure.get(name)
-        missing[name] = (
-            f"{failure.status} in attempt {failure.attempt}: {failure.error}"
-            if failure
-            else "not run"
+        results: list[TaskResult] = []
+        last_failure: dict[str, TaskResult] = {}
+        try:
+            failures = _submit(
+                engine, plan, out, pending, retries, results, last_failure, log, book, attached
+            )
+        finally:
+            close = getattr(engine, "close", None)
+            if close is not None:
+                close()
+        done = tuple(name for name in names if finished(out, name))
+        missing = {}
+        for name in names:
+            if name in done:
+                continue
+            failure = last_failure.get(name)
+            missing[name] = (
+                f"{failure.status} in attempt {failure.attempt}: {failure.error}"
+                if failure
+                else "not run"
+            )
+        summary = SweepResult(done, missing, tuple(results), failures, time.perf_counter() - t0)
+        log(
+            f"{len(done)} of {len(names)} run(s) finished, {len(missing)} missing, "
+            f"{failures} failed attempt(s) in {summary.seconds:.0f} s"
         )
-    summary = SweepResult(done, missing, tuple(results), failures, time.perf_counter() - t0)
-    log(
-        f"{len(done)} of {len(names)} run(s) finished, {len(missing)} missing, "
-        f"{failures} failed attempt(s) in {summary.seconds:.0f} s"
-    )
-    if report:
-        write_sweep_report(plan, out, engine.name, summary, names)
-        log(f"wrote {out / 'report.md'}")
-    return summary
+        if report:
+            write_sweep_report(plan, out, engine.name, summary, names)
+            log(f"wrote {out / 'report.md'}")
+        return summary
 
 
 def write_sweep_report(
@@ -296,6 +290,60 @@ def _attempts(out: pathlib.Path) -> dict[str, int]:
     return found
 
 
+def _pending(
+    engine: Any,
+    plan: SweepPlan,
+    out: pathlib.Path,
+    names: Sequence[str],
+    book: JobBook,
+    env: Mapping[str, str] | None,
+    cache: str,
+    log: Any,
+) -> tuple[list[Task], list[Task]]:
+    """The tasks to submit, and those whose recorded jobs ``engine`` re-attached to (a run whose
+    attempt ``jobs.json`` records as submitted: still queued or running, or ended with its
+    result while no driver watched; :meth:`SubmititExecutor.attach`). A recorded job that
+    neither SLURM nor its result file knows is a failed attempt (``lost``), run again."""
+    previous = _attempts(out)
+    pending: list[Task] = []
+    attached: list[Task] = []
+    attach = getattr(engine, "attach", None) if getattr(engine, "attachable", False) else None
+    for name in names:
+        if finished(out, name):
+            continue
+        task = Task(
+            name,
+            plan.spec(name),
+            plan.scale,
+            str(out),
+            attempt=max(previous.get(name, 0), book.attempt(name)) + 1,
+            env=tuple((env or {}).items()),
+            cache=cache,
+        )
+        waiting = book.waiting(name)
+        if waiting is not None and waiting.get("job_id") and attach is not None:
+            task = dataclasses.replace(
+                task, attempt=int(waiting["attempt"]), minutes=waiting.get("minutes")
+            )
+            state = attach(task, str(waiting["job_id"]))
+            if state is not None:
+                attached.append(task)
+                log(f"re-attached to job {waiting['job_id']} of {name} ({state})")
+                continue
+            lost = died(
+                task,
+                f"job {waiting['job_id']} ended while no driver watched it, and neither SLURM "
+                "nor its result file knows it any more",
+            )
+            lost = dataclasses.replace(lost, job_id=str(waiting["job_id"]))
+            _record(out, lost, engine.name)
+            book.ended(lost, state="lost")
+            log(f"{name}: {lost.error} (attempt {task.attempt})")
+            task = dataclasses.replace(task, attempt=task.attempt + 1, minutes=None)
+        pending.append(task)
+    return pending, attached
+
+
 def _submit(
     engine: Any,
     plan: SweepPlan,
@@ -305,20 +353,38 @@ def _submit(
     results: list[TaskResult],
     last_failure: dict[str, TaskResult],
     log: Any,
+    book: JobBook,
+    attached: Sequence[Task] = (),
 ) -> int:
-    """Submit ``pending``, record and resubmit failures up to ``retries`` times; the number of
-    failed attempts."""
+    """Submit ``pending`` (and watch the ``attached`` jobs), record every attempt in
+    ``jobs.json`` and every failure in ``failures.jsonl``, and resubmit a failed run up to
+    ``retries`` times: at once on an executor that takes tasks while it runs (``live``), else
+    after the pass; the number of failed attempts."""
     failures = 0
-    for round_ in range(retries + 1):
-        if not pending:
-            break
-        if round_:
-            log(f"resubmitting {len(pending)} failed run(s) (retry {round_} of {retries})")
-        again = []
-        for count, result in enumerate(engine.run(pending, plan), start=1):
+    tries: collections.Counter[str] = collections.Counter()
+    if hasattr(engine, "on_submit"):
+        engine.on_submit = lambda task, job_id: book.submitted(
+            task, job_id, engine.minutes(task.name, plan, task)
+        )
+    live = bool(getattr(engine, "live", False))
+    retry = getattr(engine, "retry", None)
+    queue: collections.deque[Task] = collections.deque(pending)
+    known = {task.name: task for task in [*pending, *attached]}
+    total = len(queue) + len(attached)
+    watching = bool(attached)
+    while queue or watching:
+        batch = queue if live else collections.deque(queue)
+        if not live:
+            queue = collections.deque()
+        if not hasattr(engine, "on_submit"):
+            for task in batch:
+                book.submitted(task)
+        count = 0
+        for result in engine.run(batch, plan):
+            count += 1
             results.append(result)
-            task = next(t for t in pending if t.name == result.name)
-            line = f"[{count}/{len(pending)}] {result.name}: "
+            book.ended(result)
+            line = f"[{count}/{total}] {result.name}: "
             if result.ok:
                 log(line + f"{result.how} ({result.seconds:.0f} s)")
                 last_failure.pop(result.name, None)
@@ -326,8 +392,22 @@ def _submit(
             failures += 1
             last_failure[result.name] = result
             _record(out, result, engine.name)
-            where = log_path(out, task.name, task.attempt).relative_to(out)
-            log(line + f"{result.status}: {result.error} (attempt {task.attempt}, log {where})")
-            again.append(dataclasses.replace(task, attempt=task.attempt + 1))
-        pending = again
+            where = log_path(out, result.name, result.attempt).relative_to(out)
+            log(line + f"{result.status}: {result.error} (attempt {result.attempt}, log {where})")
+            if tries[result.name] >= retries:
+                continue
+            tries[result.name] += 1
+            task = known[result.name]
+            if retry is not None:
+                task = retry(task, result, plan)
+            task = dataclasses.replace(task, attempt=result.attempt + 1, requeues=0)
+            total += 1
+            log(
+                f"resubmitting {result.name} (retry {tries[result.name]} of {retries}, "
+                f"attempt {task.attempt})"
+            )
+            queue.append(task)
+            if live and not hasattr(engine, "on_submit"):
+                book.submitted(task)
+        watching = False
     return failures

@@ -9,7 +9,12 @@ with the engine's message and the end of the task's log.
 On a real SLURM cluster a group of runs larger than the cluster's ``MaxArraySize`` is submitted
 as several arrays (:func:`max_array_size`, :func:`array_chunks`), and a job that died is seen
 through ``scontrol`` (:func:`job_states`), so that a cluster without accounting (no ``sacct``)
-still reports it, with its node, state and exit code in ``failures.jsonl``.
+still reports it, with its node, state, exit code and run time in ``failures.jsonl``. Every job
+runs :class:`~llome_jax.sweep.requeue.SubmititTask`, so a time limit or a preemption stops the
+run at a round boundary and submitit requeues it (:mod:`llome_jax.sweep.requeue`); a run whose
+job still timed out is retried with twice the time limit, up to ``max_minutes``
+(:meth:`SubmititExecutor.retry`). A restarted driver re-attaches to the jobs it recorded
+(:meth:`SubmititExecutor.attach`).
 """
 
 from __future__ import annotations
@@ -17,14 +22,12 @@ from __future__ import annotations
 import collections
 import dataclasses
 import importlib
+import math
 import os
 import pathlib
-import re
-import shutil
-import subprocess
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from llome_jax.host import threads as host_threads
 from llome_jax.sweep.cluster_settings import (
@@ -33,9 +36,18 @@ from llome_jax.sweep.cluster_settings import (
     check_time_cap,
     slurm_options,
 )
-from llome_jax.sweep.local import died
+from llome_jax.sweep.local import as_queue, died
 from llome_jax.sweep.plans import Resources, SweepPlan
-from llome_jax.sweep.tasks import Task, TaskResult, run_task
+from llome_jax.sweep.requeue import SubmititTask
+from llome_jax.sweep.scontrol import (
+    DEFAULT_MAX_ARRAY_SIZE,
+    JobState,
+    array_chunks,
+    job_states,
+    max_array_size,
+    parse_job_states,
+)
+from llome_jax.sweep.tasks import Task, TaskResult, now, run_task
 
 __all__ = [
     "DEFAULT_MAX_ARRAY_SIZE",
@@ -48,24 +60,6 @@ __all__ = [
     "parse_job_states",
     "require",
 ]
-
-#: SLURM's own default ``MaxArraySize``: what :func:`max_array_size` assumes when it cannot ask
-DEFAULT_MAX_ARRAY_SIZE = 1001
-#: the states of a SLURM job that has ended (``scontrol``'s spelling)
-ENDED_STATES = frozenset(
-    (
-        "BOOT_FAIL",
-        "CANCELLED",
-        "COMPLETED",
-        "DEADLINE",
-        "FAILED",
-        "NODE_FAIL",
-        "OUT_OF_MEMORY",
-        "TIMEOUT",
-    )
-)
-
-T = TypeVar("T")
 
 
 def require(module: str, extra: str) -> Any:
@@ -85,86 +79,6 @@ def _error_line(error: BaseException, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def max_array_size(config: str | None = None) -> int:
-    """The cluster's ``MaxArraySize`` (the largest array task index + 1), read from ``config``
-    (the text of ``scontrol show config``; default: run it), or
-    :data:`DEFAULT_MAX_ARRAY_SIZE` when ``scontrol`` is missing, fails or prints no integer
-    value."""
-    if config is None:
-        if shutil.which("scontrol") is None:
-            return DEFAULT_MAX_ARRAY_SIZE
-        try:
-            config = subprocess.run(
-                ["scontrol", "show", "config"], capture_output=True, text=True, timeout=30
-            ).stdout
-        except (OSError, subprocess.SubprocessError):
-            return DEFAULT_MAX_ARRAY_SIZE
-    found = re.search(r"^\s*MaxArraySize\s*=\s*(\d+)\s*$", config, re.MULTILINE)
-    return int(found.group(1)) if found else DEFAULT_MAX_ARRAY_SIZE
-
-
-def array_chunks(items: Sequence[T], max_size: int) -> list[list[T]]:
-    """``items`` in order, in consecutive chunks of ``n = max(1, max_size - 1)`` (the last one
-    shorter): ``len(items) = N`` gives ``ceil(N / n)`` arrays, each with task indices
-    ``0..len(chunk) - 1`` below ``max_size``. ``max_size`` 0 (arrays off) or 1 gives one task
-    a chunk, which submitit submits as a plain job."""
-    size = max(1, int(max_size) - 1)
-    return [list(items[start : start + size]) for start in range(0, len(items), size)]
-
-
-@dataclasses.dataclass(frozen=True)
-class JobState:
-    """A SLURM job as ``scontrol show job`` reports it: its ``state`` (``RUNNING``,
-    ``FAILED``, ...), ``exit_code`` (``status:signal``, e.g. ``137:0``) and ``node`` (its batch
-    host, else its node list)."""
-
-    state: str
-    exit_code: str = ""
-    node: str = ""
-
-    @property
-    def ended(self) -> bool:
-        """Whether the job has ended (:data:`ENDED_STATES`)."""
-        return self.state in ENDED_STATES
-
-
-def parse_job_states(text: str) -> dict[str, JobState]:
-    """``scontrol -o show job`` output (one job a line) as ``{job id: JobState}``, an array
-    task under ``<array id>_<task index>`` as submitit names it (pending tasks still grouped in
-    one record, ``ArrayTaskId=3-6``, are left out), any other job under its ``JobId``."""
-    found = {}
-    for line in text.splitlines():
-        fields = dict(item.partition("=")[::2] for item in line.split() if "=" in item)
-        if "JobId" not in fields or "JobState" not in fields:
-            continue
-        array, index = fields.get("ArrayJobId", ""), fields.get("ArrayTaskId", "")
-        if array and not index.isdigit():
-            continue
-        node = fields.get("BatchHost", "")
-        if node in ("", "(null)"):
-            node = fields.get("NodeList", "")
-        node = "" if node == "(null)" else node
-        name = f"{array}_{index}" if array else fields["JobId"]
-        found[name] = JobState(fields["JobState"], fields.get("ExitCode", ""), node)
-    return found
-
-
-def job_states(ids: Iterable[str]) -> dict[str, JobState]:
-    """The states of SLURM jobs and arrays ``ids`` (``123`` or ``123_4``: the whole array
-    ``123``), one ``scontrol -o show job`` each (:func:`parse_job_states`); an id ``scontrol``
-    no longer knows (``MinJobAge`` after its end) or cannot be asked about is left out."""
-    found: dict[str, JobState] = {}
-    for job in sorted({str(i).split("_")[0] for i in ids}):
-        try:
-            text = subprocess.run(
-                ["scontrol", "-o", "show", "job", job], capture_output=True, text=True, timeout=30
-            ).stdout
-        except (OSError, subprocess.SubprocessError):
-            continue
-        found.update(parse_job_states(text))
-    return found
-
-
 class SubmititExecutor:
     """SLURM through submitit: one job array per group of runs that ask for the same resources
     and time limit, each run one array task, with ``--cpus-per-task``, ``--gpus-per-node``,
@@ -181,17 +95,25 @@ class SubmititExecutor:
     run's time limit ``N`` minutes. ``max_minutes`` caps each run's time limit and refuses,
     before submitting, runs whose estimate alone is longer
     (:func:`~llome_jax.sweep.cluster_settings.check_time_cap`). Jobs are polled every ``poll``
-    seconds (default 5, 0.5 on the local cluster); this process must stay up until they end
-    (run it in tmux, or as a one-core job itself).
+    seconds (default 5, 0.5 on the local cluster); the driver may go away and come back
+    (:meth:`attach`).
+
+    Time limits and preemption (:mod:`llome_jax.sweep.requeue`): each job is warned
+    ``signal_delay_s`` seconds before its limit (default: twice a round's estimated seconds,
+    at least 90 and at most half the limit; ``slurm={"signal_delay_s": N}`` sets it), stops
+    after the round in progress and is requeued by submitit, at most ``max_num_timeout`` times
+    for time limits (``slurm={"max_num_timeout": N}``, default 3).
 
     On SLURM a group is submitted in arrays of at most ``max_array_size - 1`` tasks
     (:func:`array_chunks`; default: the cluster's :func:`max_array_size`, read once; also
     ``slurm={"max_array_size": N}``, the command line's ``--slurm max_array_size=N``), each with
     its own ``%`` limit. ``python`` is the interpreter a job runs (default: this one,
-    ``sys.executable``).
+    ``sys.executable``). ``on_submit(task, job_id)``, when set, is called for each job submitted.
     """
 
     name = "slurm"
+    #: takes tasks added to ``run``'s deque while it runs (a failed run's retry, at once)
+    live = True
 
     def __init__(
         self,
@@ -218,17 +140,33 @@ class SubmititExecutor:
         given = self.slurm.pop("max_array_size", None)
         given = given if max_array_size is None else None
         self.fixed_minutes: int | None = self.slurm.pop("time", None)
+        self.signal_delay: int | None = self.slurm.pop("signal_delay_s", None)
+        self.max_num_timeout = int(self.slurm.pop("max_num_timeout", 3))
         self.max_minutes = check_max_minutes(max_minutes, self.fixed_minutes)
         self.max_array_size = max_array_size if given is None else _whole(given)
         self.python = python
         self.poll = float(poll if poll is not None else (0.5 if cluster == "local" else 5.0))
+        self.on_submit: Any = None
+        self._attached: dict[Any, Task] = {}
 
-    def minutes(self, name: str, plan: SweepPlan) -> int:
-        """The time limit of the run ``name``: ``slurm={"time": N}``'s ``N``, else its
-        estimate times ``margin``, at least ``min_minutes``, at most ``max_minutes``."""
+    def minutes(self, name: str, plan: SweepPlan, task: Task | None = None) -> int:
+        """The time limit of the run ``name``: a retry's own (``task.minutes``), else
+        ``slurm={"time": N}``'s ``N``, else its estimate times ``margin``, at least
+        ``min_minutes``, at most ``max_minutes``."""
+        if task is not None and task.minutes is not None:
+            return int(task.minutes)
         if self.fixed_minutes is not None:
             return self.fixed_minutes
         return plan.time_limit_minutes(name, self.margin, self.min_minutes, self.max_minutes)
+
+    def signal_delay_s(self, name: str, plan: SweepPlan, minutes: int) -> int:
+        """Seconds between SLURM's SIGUSR2 and the time limit: ``slurm={"signal_delay_s": N}``,
+        else ``margin`` times a round's estimate (:meth:`SweepPlan.round_seconds`), at least 90
+        (submitit's default) and at most half of ``minutes``."""
+        if self.signal_delay is not None:
+            return int(self.signal_delay)
+        wanted = max(90, math.ceil(self.margin * plan.round_seconds(name)))
+        return int(max(1, min(wanted, minutes * 30)))
 
     def check(self, names: Sequence[str], plan: SweepPlan) -> None:
         """Refuse runs whose estimate is longer than ``max_minutes`` (:func:`check_time_cap`).
@@ -238,7 +176,40 @@ class SubmititExecutor:
         """
         check_time_cap({name: plan.seconds(name) for name in names}, self.max_minutes)
 
-    def parameters(self, resources: Resources, minutes: int, count: int) -> dict[str, Any]:
+    def retry(self, task: Task, result: TaskResult, plan: SweepPlan) -> Task:
+        """The next attempt of a failed ``task``: after a time limit (the job ended
+        ``TIMEOUT``, or submitit gave up requeuing it) with twice its time limit, at most
+        ``max_minutes``; otherwise as it was. The driver numbers the attempt."""
+        timed_out = result.job_state == "TIMEOUT" or "timed-out" in result.error
+        if not timed_out or self.fixed_minutes is not None:
+            return task
+        longer = 2 * self.minutes(task.name, plan, task)
+        if self.max_minutes is not None:
+            longer = min(longer, int(self.max_minutes))
+        return dataclasses.replace(task, minutes=longer)
+
+    @property
+    def attachable(self) -> bool:
+        """Whether a restarted driver can watch jobs an earlier one submitted (on SLURM; a
+        local cluster's jobs end with the driver that started them)."""
+        return self.cluster == "slurm"
+
+    def attach(self, task: Task, job_id: str) -> str | None:
+        """Watch the job ``job_id``, submitted by an earlier driver, as ``task``'s: :meth:`run`
+        yields its result as if it had submitted it. Returns the job's state (``PENDING``,
+        ``RUNNING``, ..., or ``ended`` when only its result file is left), or ``None`` when
+        neither SLURM nor a result file knows the job (nothing to watch)."""
+        submitit = require("submitit", "slurm")
+        job = submitit.SlurmJob(folder=str(self.folder / "%j"), job_id=str(job_id))
+        state = job_states([str(job_id)]).get(str(job_id))
+        if state is None and not _has_result(job):
+            return None
+        self._attached[job] = task
+        return "ended" if state is None else state.state
+
+    def parameters(
+        self, resources: Resources, minutes: int, count: int, signal_delay: int | None = None
+    ) -> dict[str, Any]:
         """The submitit parameters of one array (``count`` tasks); no ``mem_gb`` (``--mem``)
         without a memory in ``resources`` or with ``mem_per_gpu`` or ``mem_per_cpu``."""
         params: dict[str, Any] = {
@@ -253,6 +224,8 @@ class SubmititExecutor:
             params["mem_gb"] = float(resources.mem_gb)
         if self.parallelism:
             params["slurm_array_parallelism"] = min(int(self.parallelism), count)
+        if signal_delay is not None:
+            params["slurm_signal_delay_s"] = int(signal_delay)  # (submitit-local warns 30 s early)
         params.update({f"slurm_{k}": v for k, v in self.slurm.items()})
         return params
 
@@ -260,11 +233,12 @@ class SubmititExecutor:
         """``(parameters, tasks)`` per array: tasks that ask alike share one."""
         found: dict[tuple, list[Task]] = collections.defaultdict(list)
         for task in tasks:
-            minutes = self.minutes(task.name, plan)
-            found[(plan.resources_for(task.name), minutes)].append(task)
+            minutes = self.minutes(task.name, plan, task)
+            delay = self.signal_delay_s(task.name, plan, minutes)
+            found[(plan.resources_for(task.name), minutes, delay)].append(task)
         return [
-            (self.parameters(resources, minutes, len(group)), group)
-            for (resources, minutes), group in found.items()
+            (self.parameters(resources, minutes, len(group), delay), group)
+            for (resources, minutes, delay), group in found.items()
         ]
 
     def arrays(self, tasks: Sequence[Task], plan: SweepPlan) -> list[tuple[dict, list[Task]]]:
@@ -283,19 +257,36 @@ class SubmititExecutor:
 
     def run(self, tasks: Sequence[Task], plan: SweepPlan) -> Iterator[TaskResult]:
         submitit = require("submitit", "slurm")
-        self.check([task.name for task in tasks], plan)
+        pending = as_queue(tasks)
+        self.check([task.name for task in pending], plan)
         self.folder.mkdir(parents=True, exist_ok=True)
-        folder = str(self.folder / "%j")
         if self.cluster == "local":
-            yield from self._run_local(submitit, folder, tasks, plan)
+            yield from self._run_local(submitit, pending, plan)
             return
-        options = {} if self.python is None else {"slurm_python": self.python}
-        running: dict[Any, Task] = {}
-        arrays = self.arrays(tasks, plan)
+        running: dict[Any, Task] = dict(self._attached)
+        self._attached.clear()
+        running.update(self._submit_arrays(submitit, pending, plan))
+        while running or pending:
+            yield from self._wait(running, first_only=True)
+            running.update(self._submit_arrays(submitit, pending, plan))  # retries, at once
+
+    def _submit_arrays(
+        self, submitit: Any, pending: collections.deque[Task], plan: SweepPlan
+    ) -> dict[Any, Task]:
+        """Submit and empty ``pending`` as arrays (:meth:`arrays`): ``{job: task}``."""
+        tasks = list(pending)
+        pending.clear()
+        options = {"slurm_max_num_timeout": self.max_num_timeout}
+        if self.python is not None:
+            options["slurm_python"] = self.python
+        submitted: dict[Any, Task] = {}
+        arrays = self.arrays(tasks, plan) if tasks else []
         for count, (params, chunk) in enumerate(arrays, start=1):
-            executor = submitit.AutoExecutor(folder=folder, cluster="slurm", **options)
+            executor = submitit.AutoExecutor(
+                folder=str(self.folder / "%j"), cluster="slurm", **options
+            )
             executor.update_parameters(**params)
-            jobs = executor.map_array(run_task, chunk)
+            jobs = executor.map_array(SubmititTask(), chunk)
             part = f" ({count} of {len(arrays)}, MaxArraySize {self.max_array_size})"
             print(
                 f"submitted array {jobs[0].job_id.split('_')[0]} of {len(chunk)} run(s)"
@@ -303,25 +294,35 @@ class SubmititExecutor:
                 f"{params['gpus_per_node']} GPU, {params['timeout_min']} min each",
                 flush=True,
             )
-            running.update(zip(jobs, chunk))
-        yield from self._wait(running)
+            for job, task in zip(jobs, chunk):
+                submitted[job] = task
+                if self.on_submit is not None:
+                    self.on_submit(task, str(job.job_id))
+        return submitted
 
     def _run_local(
-        self, submitit: Any, folder: str, tasks: Sequence[Task], plan: SweepPlan
+        self, submitit: Any, pending: collections.deque[Task], plan: SweepPlan
     ) -> Iterator[TaskResult]:
         """submitit's local executor, at most ``parallelism`` jobs at a time."""
         limit = int(self.parallelism or host_threads.usable_cores())
-        pending = collections.deque(tasks)
         running: dict[Any, Task] = {}
+        options = {"local_max_num_timeout": self.max_num_timeout}
+        if self.python is not None:
+            options["local_python"] = self.python
         while pending or running:
             while pending and len(running) < limit:
                 task = pending.popleft()
-                minutes = self.minutes(task.name, plan)
-                params = self.parameters(plan.resources_for(task.name), minutes, 1)
-                options = {} if self.python is None else {"local_python": self.python}
-                executor = submitit.AutoExecutor(folder=folder, cluster="local", **options)
+                minutes = self.minutes(task.name, plan, task)
+                delay = self.signal_delay_s(task.name, plan, minutes)
+                params = self.parameters(plan.resources_for(task.name), minutes, 1, delay)
+                executor = submitit.AutoExecutor(
+                    folder=str(self.folder / "%j"), cluster="local", **options
+                )
                 executor.update_parameters(**params)
-                running[executor.submit(run_task, task)] = task
+                job = executor.submit(SubmititTask(), task)
+                running[job] = task
+                if self.on_submit is not None:
+                    self.on_submit(task, str(job.job_id))
             yield from self._wait(running, first_only=True)
 
     def _wait(self, running: dict[Any, Task], first_only: bool = False) -> Iterator[TaskResult]:
@@ -357,13 +358,13 @@ class SubmititExecutor:
                 f"the job ended {state.state} with exit code {state.exit_code} on "
                 f"{state.node or 'an unknown node'} before returning a result (job {job.job_id})"
             )
-            result = died(task, how)
+            result = died(task, how, state.run_seconds, state.start, state.end)
             errors = "\n".join((_text(job.stderr) or "").splitlines()[-10:])
             return dataclasses.replace(result, traceback=f"{errors}\n{result.traceback}".strip())
         try:
             found = job.result()
         except Exception as error:  # the job died (killed, time limit, node failure)
-            result = died(task, f"{_error_line(error)} (job {job.job_id})")
+            result = died(task, f"{_error_line(error)} (job {job.job_id})", ended=now())
             text = str(error).strip()
             return dataclasses.replace(result, traceback=f"{text}\n{result.traceback}".strip())
         if isinstance(found, TaskResult):
@@ -409,7 +410,7 @@ def _text(read: Any) -> str:
 
 def _with_job(result: TaskResult, job: Any, states: Mapping[str, JobState]) -> TaskResult:
     """``result`` with its SLURM job id and, when the job ended without a result, the job's
-    state and exit code, and its node as the host when the task did not say."""
+    state, exit code and times, and its node as the host when the task did not say."""
     state = states.get(job.job_id)
     if result.ok or state is None or not state.ended:
         return dataclasses.replace(result, job_id=str(job.job_id))
@@ -419,6 +420,9 @@ def _with_job(result: TaskResult, job: Any, states: Mapping[str, JobState]) -> T
         job_state=state.state,
         exit_code=state.exit_code,
         host=result.host or state.node,
+        seconds=result.seconds or state.run_seconds,
+        started=result.started or state.start,
+        ended=result.ended or state.end,
     )
 
 
@@ -434,6 +438,7 @@ class RayExecutor:
     """
 
     name = "ray"
+    live = True
 
     def __init__(
         self, address: str | None = None, num_cpus: int | None = None, memory: bool = True
@@ -460,19 +465,21 @@ class RayExecutor:
                 ray.init(num_cpus=self.num_cpus, **kwargs)
             self._started = True
         remote = ray.remote(max_calls=1, max_retries=0)(run_task)
+        pending = as_queue(tasks)
         running: dict[Any, Task] = {}
         try:
-            for task in tasks:
-                ref = remote.options(**self.options(plan.resources_for(task.name))).remote(task)
-                running[ref] = task
-            while running:
+            while pending or running:
+                while pending:  # every task at once (a retry too): Ray queues them
+                    task = pending.popleft()
+                    options = self.options(plan.resources_for(task.name))
+                    running[remote.options(**options).remote(task)] = task
                 ended, _ = ray.wait(list(running), num_returns=1)
                 for ref in ended:
                     task = running.pop(ref)
                     try:
                         found = ray.get(ref)
                     except Exception as error:  # the worker died, or Ray could not run it
-                        found = died(task, _error_line(error))
+                        found = died(task, _error_line(error), ended=now())
                         found = dataclasses.replace(
                             found, traceback=f"{str(error).strip()}\n{found.traceback}".strip()
                         )

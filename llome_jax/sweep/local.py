@@ -22,9 +22,17 @@ from typing import Any
 
 from llome_jax.host import threads as host_threads
 from llome_jax.sweep.plans import SweepPlan
-from llome_jax.sweep.tasks import Task, TaskResult, log_path, logged_process, run_task, slug
+from llome_jax.sweep.tasks import (
+    Task,
+    TaskResult,
+    log_path,
+    logged_process,
+    now,
+    run_task,
+    slug,
+)
 
-__all__ = ["InlineExecutor", "LocalExecutor", "died", "log_tail", "visible_gpus"]
+__all__ = ["InlineExecutor", "LocalExecutor", "as_queue", "died", "log_tail", "visible_gpus"]
 
 
 def log_tail(task: Task, lines: int = 40) -> str:
@@ -36,16 +44,18 @@ def log_tail(task: Task, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def died(task: Task, how: str, seconds: float = 0.0) -> TaskResult:
+def died(
+    task: Task, how: str, seconds: float = 0.0, started: str = "", ended: str = ""
+) -> TaskResult:
     """The result of a task whose process ended without one (``how``: what the engine said),
-    with the end of its log as the traceback and the host and PID its log's first line names
-    (:func:`~llome_jax.sweep.tasks.logged_process`)."""
-    try:
-        with open(log_path(task.out, task.name, task.attempt), errors="replace") as stream:
-            head = stream.read(4096)
+    with the end of its log as the traceback, the host and PID its log's start line names
+    (:func:`~llome_jax.sweep.tasks.logged_process`), and ``seconds`` / ``started`` / ``ended``
+    as the engine saw them (the process's or the job's run time)."""
+    try:  # the whole log: a requeued attempt appends its own start line
+        text = log_path(task.out, task.name, task.attempt).read_text(errors="replace")
     except OSError:
-        head = ""
-    host, pid = logged_process(head)
+        text = ""
+    host, pid = logged_process(text)
     return TaskResult(
         name=task.name,
         attempt=task.attempt,
@@ -55,6 +65,8 @@ def died(task: Task, how: str, seconds: float = 0.0) -> TaskResult:
         traceback=log_tail(task),
         host=host,
         pid=pid,
+        started=started,
+        ended=ended,
     )
 
 
@@ -63,10 +75,20 @@ class InlineExecutor:
     output stays on this terminal, and one compilation cache serves them all."""
 
     name = "inline"
+    #: takes tasks added to ``run``'s deque while it runs (a failed run's retry, at once)
+    live = True
 
     def run(self, tasks: Sequence[Task], plan: SweepPlan) -> Iterator[TaskResult]:
-        for task in tasks:
-            yield run_task(dataclasses.replace(task, log_to_file=False))
+        pending = as_queue(tasks)
+        while pending:
+            yield run_task(dataclasses.replace(pending.popleft(), log_to_file=False))
+
+
+def as_queue(tasks: Sequence[Task]) -> collections.deque[Task]:
+    """``tasks`` itself when it is a deque (the driver appends a failed run's retry to it while
+    the executor runs: executors with ``live = True`` take it at their next free slot), else a
+    deque of them."""
+    return tasks if isinstance(tasks, collections.deque) else collections.deque(tasks)
 
 
 def visible_gpus() -> list[str]:
@@ -89,6 +111,7 @@ class _Running:
     cores: list[int]
     gpus: list[str]
     started: float
+    wall: float
 
 
 class LocalExecutor:
@@ -103,6 +126,7 @@ class LocalExecutor:
     """
 
     name = "local"
+    live = True
 
     def __init__(
         self,
@@ -118,7 +142,7 @@ class LocalExecutor:
 
     def run(self, tasks: Sequence[Task], plan: SweepPlan) -> Iterator[TaskResult]:
         context = multiprocessing.get_context("spawn")
-        pending = collections.deque(tasks)
+        pending = as_queue(tasks)
         running: dict[Any, _Running] = {}
         free_cores = list(self.cores)
         free_gpus = list(self.gpus)
@@ -170,7 +194,7 @@ class LocalExecutor:
         result.unlink(missing_ok=True)
         process = context.Process(target=_child, args=(task, str(result)), name=task.name)
         process.start()
-        return _Running(task, process, result, cores, gpus, time.perf_counter())
+        return _Running(task, process, result, cores, gpus, time.perf_counter(), time.time())
 
     @staticmethod
     def _collect(job: _Running) -> TaskResult:
@@ -189,7 +213,7 @@ class LocalExecutor:
                 except ValueError:
                     name = f"signal {-code}"
                 how = f"the process was killed by {name}"
-            return died(job.task, how, seconds)
+            return died(job.task, how, seconds, now(job.wall), now())
 
 
 def _child(task: Task, result: str) -> None:

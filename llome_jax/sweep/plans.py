@@ -208,6 +208,21 @@ class SweepPlan:
         first, per_round = table[(kind, near)]
         return max(1.0, length / near) * (first + rounds * per_round)
 
+    def round_seconds(self, name: str) -> float:
+        """A task's estimated seconds per round (the plan's ``costs`` or the scale's table, as
+        :meth:`seconds`; for the difficulty sweep, its whole estimate): how early the
+        scheduler must warn a job before its time limit for the round in progress to end."""
+        spec = self.spec(name)
+        rounds = self.scale.rounds
+        if spec is None or rounds < 1:
+            return self.seconds(name)
+        costs = dict(self.costs)
+        if spec.method in costs:
+            return float(costs[spec.method][1])
+        first = self.seconds(name)
+        zero = dataclasses.replace(self, scale=dataclasses.replace(self.scale, rounds=0))
+        return max(0.0, (first - zero.seconds(name)) / rounds)
+
     def time_limit_minutes(
         self, name: str, margin: float = 2.0, floor: int = 10, cap: int | None = None
     ) -> int:

@@ -7,14 +7,17 @@ the task's output to ``OUT/sweep/logs/<run>.<attempt>.log``, gives the task its 
 :func:`llome_jax.bench.execution.run_one`, the paper driver's own path (a run it finishes gets
 its plan fingerprint in ``done.json``: :mod:`llome_jax.sweep.fingerprint`). It never raises: an
 error comes back as a ``failed`` result with its traceback, an interruption (SIGTERM at a time
-limit: the round in progress is finished first) as ``interrupted``.
+limit, SIGUSR2 before a time limit or a preemption: the round in progress is finished first) as
+``interrupted``, with the signal in ``stop_signal``.
 
 Fault injection, for the tests of the engines (a process killed midway, a task that raises):
 :data:`FAULT_ENV` holds ``ACTION:RUN:ROUND`` items, comma-separated, each acted on in the first
 attempt only, when the run's round ``ROUND`` has written its labels and record and before its
-checkpoint: ``kill`` (SIGKILL: the process dies as at a node failure), ``raise`` (an error) or
+checkpoint: ``kill`` (SIGKILL: the process dies as at a node failure), ``raise`` (an error),
 ``hold`` (print ``fault injection: holding, pid <PID>`` to the task's log and sleep up to
-:data:`HOLD_SECONDS`, for a test to kill the process from outside by its PID).
+:data:`HOLD_SECONDS`, for a test to kill the process from outside by its PID) or ``pause``
+(print ``fault injection: pausing, pid <PID>`` and wait for a signal, for a test to send the
+scheduler's SIGUSR2 from outside; the round then goes on and the run stops after it).
 """
 
 from __future__ import annotations
@@ -41,10 +44,12 @@ __all__ = [
     "FAULT_ENV",
     "HOLD_SECONDS",
     "NODE_CACHE_BYTES",
+    "STOPPED_BY",
     "Task",
     "TaskResult",
     "log_path",
     "logged_process",
+    "now",
     "run_task",
     "slug",
 ]
@@ -76,6 +81,9 @@ class Task:
       cache: the compilation cache (:data:`CACHE_MODES`).
       log_to_file: send the output to :func:`log_path` (all but the in-process executor).
       cores: pin the process to these CPU cores (none: as it starts).
+      minutes: this attempt's time limit on SLURM when the executor lengthened it (a retry of a
+        run that timed out); ``None``: the plan's.
+      requeues: how many times submitit requeued this attempt (:mod:`llome_jax.sweep.requeue`).
     """
 
     name: str
@@ -87,6 +95,8 @@ class Task:
     cache: str = "task"
     log_to_file: bool = True
     cores: tuple[int, ...] = ()
+    minutes: int | None = None
+    requeues: int = 0
 
     def with_env(self, **env: str) -> Task:
         return dataclasses.replace(self, env=tuple({**dict(self.env), **env}.items()))
@@ -106,6 +116,9 @@ class TaskResult:
       job_id / job_state / exit_code: on SLURM, the task's job (``123_4``) and, when the job
         ended without a result, its state (``FAILED``, ``TIMEOUT``, ...) and exit code
         (``status:signal``).
+      stop_signal: for ``interrupted``, the signal (``SIGINT``, ``SIGTERM``, ``SIGUSR2``).
+      started / ended: when the task's process (or, for a job that died, the job) started and
+        ended, ISO 8601 local time (empty when unknown).
     """
 
     name: str
@@ -120,6 +133,9 @@ class TaskResult:
     job_id: str = ""
     job_state: str = ""
     exit_code: str = ""
+    stop_signal: str = ""
+    started: str = ""
+    ended: str = ""
 
     @property
     def ok(self) -> bool:
@@ -140,8 +156,16 @@ class TaskResult:
             "job_state": self.job_state,
             "exit_code": self.exit_code,
             "seconds": round(self.seconds, 1),
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "started": self.started,
+            "ended": self.ended,
+            "stop_signal": self.stop_signal,
+            "time": now(),
         }
+
+
+def now(at: float | None = None) -> str:
+    """``at`` (default: now) as ISO 8601 local time with its offset, to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(at))
 
 
 def slug(name: str) -> str:
@@ -155,15 +179,17 @@ def log_path(out: str | pathlib.Path, name: str, attempt: int) -> pathlib.Path:
 
 
 def logged_process(text: str) -> tuple[str, int]:
-    """``(host, pid)`` from a task log's first line (``[run] attempt 2 on HOST, pid PID``), or
-    ``("", 0)`` when the log has no such line."""
-    found = re.search(r"^\[[^\]]+\] attempt \d+ on (\S+), pid (\d+)$", text, re.MULTILINE)
-    return (found.group(1), int(found.group(2))) if found else ("", 0)
+    """``(host, pid)`` from a task log's last start line (``[run] attempt 2 on HOST, pid PID``,
+    ``[run] attempt 2 (requeue 1) on ...``), or ``("", 0)`` when the log has no such line."""
+    found = re.findall(
+        r"^\[[^\]]+\] attempt \d+(?: \(requeue \d+\))? on (\S+), pid (\d+)", text, re.MULTILINE
+    )
+    return (found[-1][0], int(found[-1][1])) if found else ("", 0)
 
 
 def run_task(task: Task) -> TaskResult:
     """Run ``task`` in this process (a worker's whole job; module docstring); never raises."""
-    started = time.perf_counter()
+    started, start_time = time.perf_counter(), now()
     for key, value in task.env:
         os.environ[key] = value
     if task.cores:
@@ -172,27 +198,41 @@ def run_task(task: Task) -> TaskResult:
     if task.log_to_file:
         _redirect_output(log_path(task.out, task.name, task.attempt))
     common = {"name": task.name, "attempt": task.attempt, "host": socket.gethostname()}
-    common["pid"] = os.getpid()
+    common.update(pid=os.getpid(), started=start_time)
     try:
         how = _run(task)
     except BaseException as error:  # everything comes back as a result
-        status = "failed"
-        if isinstance(error, KeyboardInterrupt) or type(error).__name__ == "Terminated":
+        status, stop_signal = "failed", STOPPED_BY.get(type(error).__name__, "")
+        message = f"{type(error).__name__}: {error}".strip().rstrip(":")
+        if stop_signal:
             status = "interrupted"
+            message = f"{stop_signal}: stopped at a round boundary (its checkpoint written)"
         text = traceback.format_exc()
         print(text, flush=True)
         return TaskResult(
             status=status,
             seconds=time.perf_counter() - started,
-            error=f"{type(error).__name__}: {error}".strip().rstrip(":"),
+            error=message,
             traceback=text,
+            stop_signal=stop_signal,
+            ended=now(),
             **common,
         )
     status = "busy" if how == "busy" else "done"
     error = "another process holds the run directory" if how == "busy" else ""
     return TaskResult(
-        status=status, how=how, seconds=time.perf_counter() - started, error=error, **common
+        status=status,
+        how=how,
+        seconds=time.perf_counter() - started,
+        error=error,
+        ended=now(),
+        **common,
     )
+
+
+#: the exceptions a signal raises at a round boundary (``llome_jax.run.runner.STOP_SIGNALS``),
+#: by name (this module loads no JAX) -> the signal
+STOPPED_BY = {"KeyboardInterrupt": "SIGINT", "Terminated": "SIGTERM", "Preempted": "SIGUSR2"}
 
 
 def _run(task: Task) -> str:
@@ -202,8 +242,10 @@ def _run(task: Task) -> str:
     out = pathlib.Path(task.out)
     _enable_cache(task, out)
     path = out / "runs" / task.name
+    requeue = f" (requeue {task.requeues})" if task.requeues else ""
     print(
-        f"[{task.name}] attempt {task.attempt} on {socket.gethostname()}, pid {os.getpid()}",
+        f"[{task.name}] attempt {task.attempt}{requeue} on {socket.gethostname()}, "
+        f"pid {os.getpid()}",
         flush=True,
     )
     if task.spec is None:
@@ -273,6 +315,9 @@ class _Fault:
         elif action == "hold":
             print(f"fault injection: holding, pid {os.getpid()}", flush=True)
             time.sleep(HOLD_SECONDS)
+        elif action == "pause":
+            print(f"fault injection: pausing, pid {os.getpid()}", flush=True)
+            signal.pause()  # back once a signal's handler has run
 
     def finish(self, error: BaseException | None = None) -> None:
         pass
