@@ -235,3 +235,24 @@ def test_a_plans_mem_gb_null_asks_for_no_memory() -> None:
     assert _plan().resources_for("f2/GA_seed0") == Resources(cpus=1, gpus=0, mem_gb=2.0)
     with pytest.raises(UsageError, match=r"^resources.default.mem_gb: GB >= 0"):
         _plan(PLAN.replace("{mem_gb: 2}", "{mem_gb: -1}"))
+
+
+def test_a_plans_slurm_settings_are_read_checked_and_under_the_command_lines(
+    tmp_path: pathlib.Path, capsys
+) -> None:
+    data = yaml.safe_load(PLAN)
+    data["slurm"] = {"setup": "module load python", "max_jobs": "3", "max_minutes": 12}
+    plan = plan_from_dict(data)
+    assert dict(plan.slurm) == {"setup": ["module load python"], "max_jobs": 3, "max_minutes": 12}
+    with pytest.raises(UsageError, match=r"^plan key slurm"):  # a count that is not one
+        plan_from_dict({**data, "slurm": {"max_jobs": "many"}})
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(data))
+    argv = ["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "slurm"]
+    assert cli.main([*argv, "--dry-run"]) == 0  # the plan's cap: 22 min -> 12
+    lines = [line for line in capsys.readouterr().out.splitlines() if "f2/GA_seed" in line]
+    assert len(lines) == 2 and all("limit 12 min  todo" in line for line in lines), lines
+    assert cli.main([*argv, "--dry-run", "--max-minutes", "15"]) == 0  # the command line wins
+    assert "limit 15 min" in capsys.readouterr().out
+    assert cli.main([*argv, "--dry-run", "--slurm", "max_minutes=10"]) == 2  # 11 min > 10
+    assert _error(capsys).startswith("llome-jax sweep: error: --max-minutes 10: 2 run(s)")

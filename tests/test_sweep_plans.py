@@ -243,38 +243,37 @@ def test_a_new_optimizer_joins_a_plan_by_name(tmp_path: pathlib.Path) -> None:
 def test_the_local_pool_gives_each_run_its_gpus_and_cores(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The spawn pool (processes faked here): one GPU per LLOME run by ``CUDA_VISIBLE_DEVICES``,
-    an empty one for a CPU run on a GPU machine, each run pinned to its own core, a GPU
-    handed on when its run ends, and a run asking for more GPUs than exist failed at once."""
-    import multiprocessing
-    import os
+    """The process pool (processes faked here): one GPU per LLOME run by
+    ``CUDA_VISIBLE_DEVICES``, an empty one for a CPU run on a GPU machine, each run pinned to its
+    own core, a GPU handed on when its run ends, and a run asking for more GPUs than exist failed
+    at once."""
     import pickle
+    import subprocess
 
     from llome_jax.sweep.local import LocalExecutor
     from llome_jax.sweep.tasks import TaskResult
 
-    class FakeProcess:
-        exitcode = 0
+    class FakeProcess:  # what subprocess.Popen of llome_jax.sweep.child gives: ended at once
+        returncode = 0
+        count = 0
 
-        def __init__(self, target, args, name):
-            self.task, self.result = args
+        def __init__(self, argv, **kwargs):
+            *_, handed, result = argv
+            task = pickle.loads(pathlib.Path(handed).read_bytes())
+            env = dict(task.env)
+            how = f"{env['CUDA_VISIBLE_DEVICES']}|{task.cores}"
+            found = TaskResult(task.name, task.attempt, "done", how=how)
+            pathlib.Path(result).write_bytes(pickle.dumps(found))
+            FakeProcess.count += 1
+            self.pid = FakeProcess.count
 
-        def start(self):
-            read, write = os.pipe()
-            os.close(write)  # at EOF at once: the process "has ended"
-            self.sentinel = read
-            env = dict(self.task.env)
-            how = f"{env['CUDA_VISIBLE_DEVICES']}|{self.task.cores}"
-            found = TaskResult(self.task.name, self.task.attempt, "done", how=how)
-            pathlib.Path(self.result).write_bytes(pickle.dumps(found))
+        def poll(self):
+            return 0
 
-        def join(self):
-            os.close(self.sentinel)
+        def wait(self):
+            return 0
 
-    class FakeContext:
-        Process = FakeProcess
-
-    monkeypatch.setattr(multiprocessing, "get_context", lambda method: FakeContext())
+    monkeypatch.setattr(subprocess, "Popen", FakeProcess)
     plan = plan_from_dict(
         {
             **_tiny_dict(),

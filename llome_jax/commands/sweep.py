@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--executor",
         default="local",
         choices=("inline", "local", "slurm", "ray"),
-        help="where the runs go: inline (this process), local (a spawned process per run, one "
+        help="where the runs go: inline (this process), local (a fresh Python process per run, one "
         "per core, CUDA_VISIBLE_DEVICES per GPU; default), slurm (submitit job arrays with each "
         "run's resources and a time limit), ray (one Ray task per run)",
     )
@@ -133,9 +133,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     engines.add_argument(
         "--compile-cache",
         default="task",
-        choices=("task", "node", "off"),
+        choices=("task", "node", "shared", "off"),
         help="JAX compilation cache: one per task (OUT/.jax_cache/<run>), one per node "
-        "($TMPDIR, locked), or none",
+        "($TMPDIR, locked), one for the sweep (OUT/.jax_cache/shared, locked: tasks on every "
+        "node share compilations), or none",
     )
     engines.add_argument(
         "--env",
@@ -199,7 +200,9 @@ def run(args: argparse.Namespace) -> int:
         if args.executor == "slurm":  # its time limits and cap (submitit not needed)
             from llome_jax.sweep.engines import SubmititExecutor
 
-            engine = SubmititExecutor(out / "sweep" / "submitit", **_slurm_options(args))
+            options = _slurm_options(args)
+            options["slurm"] = {**dict(plan.slurm), **options["slurm"]}
+            engine = SubmititExecutor(out / "sweep" / "submitit", **options)
         print_plan(plan, out, names, args, changed, engine)
         if engine is not None:  # refused as the run would be: exit 2
             engine.check([n for n in names if n in changed or not driver.finished(out, n)], plan)

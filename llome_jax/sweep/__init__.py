@@ -18,7 +18,7 @@ Modules, by concern (none imports JAX at import; submitit and Ray are imported w
 * :mod:`.tasks` -- :class:`~.tasks.Task` and :func:`~.tasks.run_task`, what a worker process runs:
   the task's environment, log and compilation cache, then
   :func:`llome_jax.bench.execution.run_one` (run, resume or skip the run directory).
-* :mod:`.local` -- the ``inline`` and ``local`` (spawned processes, one per core and GPU)
+* :mod:`.local` -- the ``inline`` and ``local`` (a fresh process per run, one per core and GPU)
   executors.
 * :mod:`.engines` -- the ``slurm`` (submitit job arrays) and ``ray`` executors.
 * :mod:`.driver` -- :func:`~.driver.run_sweep`: submit, record failures (``failures.jsonl``),

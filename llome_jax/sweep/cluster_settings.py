@@ -16,7 +16,10 @@ text, and a ``setup`` line may hold ``: ``)::
 left out) ``slurm_additional_parameters``, ``exclusive`` (a boolean, or ``user``/``mcs``;
 ``false``: left out) ``slurm_exclusive``; with ``mem_per_gpu`` or ``mem_per_cpu`` no ``--mem``
 is written (:meth:`~llome_jax.sweep.engines.SubmititExecutor.parameters`). ``time`` (minutes)
-replaces every run's time limit.
+replaces every run's time limit. ``max_jobs`` keeps at most that many of the sweep's jobs
+(array tasks count one each) queued or running at once, for clusters with a
+``MaxSubmitJobs``-style limit; the rest are submitted as jobs end. A plan's ``slurm:`` mapping
+holds the same keys (and ``max_minutes``); the command line's win over it.
 
 ``--max-minutes N`` caps each run's time limit (its estimate times the margin, at least the
 floor) at ``N`` minutes, and refuses, before anything is written or submitted, a sweep with runs
@@ -44,7 +47,14 @@ __all__ = [
 #: keys whose value is a shell line or a list of them (submitit takes a list)
 LINE_KEYS = ("setup", "teardown")
 #: keys whose value is a whole number (minutes or a count)
-WHOLE_KEYS = ("time", "signal_delay_s", "array_parallelism", "max_num_timeout")
+WHOLE_KEYS = (
+    "time",
+    "signal_delay_s",
+    "array_parallelism",
+    "max_num_timeout",
+    "max_jobs",
+    "max_minutes",
+)
 #: keys whose value may be a boolean (``exclusive`` also ``user`` or ``mcs``)
 BOOLEAN_KEYS = ("exclusive", "stderr_to_stdout", "use_srun")
 #: keys that ask SLURM for memory per GPU or per CPU, which ``--mem`` (``mem_gb``) clashes with

@@ -71,7 +71,8 @@ def make_executor(name: str, out: str | os.PathLike, **options: Any) -> Any:
     """The executor ``name`` (:data:`EXECUTORS`) with its ``options``: ``local``: ``workers``,
     ``gpus``; ``slurm``: ``cluster``, ``margin``, ``min_minutes``, ``parallelism``, ``slurm``,
     ``poll``, ``max_array_size``, ``python``, ``max_minutes`` (submitit's files under
-    ``OUT/sweep/submitit``);
+    ``OUT/sweep/submitit``; :func:`run_sweep` puts the plan's ``slurm`` settings under
+    ``slurm``);
     ``ray``: ``address``, ``num_cpus``.
 
     Raises:
@@ -163,6 +164,8 @@ def run_sweep(
     out = pathlib.Path(out).resolve()
     names = plan.select(runs)
     changed = check_changes(plan, out, names, rerun_changed)
+    if executor == "slurm":  # the plan's cluster settings, under the caller's
+        options = {**options, "slurm": {**dict(plan.slurm), **dict(options.get("slurm") or {})}}
     engine = make_executor(executor, out, **options) if isinstance(executor, str) else executor
     check = getattr(engine, "check", None)  # e.g. the slurm executor's time cap
     if check is not None:

@@ -142,12 +142,17 @@ class SubmititExecutor:
         self.fixed_minutes: int | None = self.slurm.pop("time", None)
         self.signal_delay: int | None = self.slurm.pop("signal_delay_s", None)
         self.max_num_timeout = int(self.slurm.pop("max_num_timeout", 3))
+        jobs = self.slurm.pop("max_jobs", None)
+        self.max_jobs: int | None = None if jobs is None else max(1, int(jobs))
+        planned = self.slurm.pop("max_minutes", None)
+        max_minutes = planned if max_minutes is None else max_minutes
         self.max_minutes = check_max_minutes(max_minutes, self.fixed_minutes)
         self.max_array_size = max_array_size if given is None else _whole(given)
         self.python = python
         self.poll = float(poll if poll is not None else (0.5 if cluster == "local" else 5.0))
         self.on_submit: Any = None
         self._attached: dict[Any, Task] = {}
+        self._leaving: set[str] = set()  # ended jobs SLURM may still list (max_jobs)
 
     def minutes(self, name: str, plan: SweepPlan, task: Task | None = None) -> int:
         """The time limit of the run ``name``: a retry's own (``task.minutes``), else
@@ -265,17 +270,36 @@ class SubmititExecutor:
             return
         running: dict[Any, Task] = dict(self._attached)
         self._attached.clear()
-        running.update(self._submit_arrays(submitit, pending, plan))
+        running.update(self._submit_arrays(submitit, pending, plan, self._room(running)))
         while running or pending:
-            yield from self._wait(running, first_only=True)
-            running.update(self._submit_arrays(submitit, pending, plan))  # retries, at once
+            if running:
+                yield from self._wait(running, first_only=True)
+            room = self._room(running)  # retries at once, then what max_jobs held back
+            if room == 0 and not running:
+                time.sleep(self.poll)  # ended jobs SLURM still lists (COMPLETING)
+            running.update(self._submit_arrays(submitit, pending, plan, room))
+
+    def _room(self, running: Mapping[Any, Task]) -> int | None:
+        """How many more jobs may be submitted now (``None``: no limit): ``max_jobs`` less
+        those queued or running, counting a job whose result is in but that SLURM still lists
+        (``COMPLETING``), as its ``MaxSubmitJobs`` does."""
+        if self.max_jobs is None:
+            return None
+        states = job_states(self._leaving) if self._leaving else {}
+        self._leaving = {i for i in self._leaving if i in states and not states[i].ended}
+        return max(0, self.max_jobs - len(running) - len(self._leaving))
 
     def _submit_arrays(
-        self, submitit: Any, pending: collections.deque[Task], plan: SweepPlan
+        self,
+        submitit: Any,
+        pending: collections.deque[Task],
+        plan: SweepPlan,
+        room: int | None = None,
     ) -> dict[Any, Task]:
-        """Submit and empty ``pending`` as arrays (:meth:`arrays`): ``{job: task}``."""
-        tasks = list(pending)
-        pending.clear()
+        """Submit the first ``room`` tasks of ``pending`` (``None``: all of them), taken off
+        it, as arrays (:meth:`arrays`): ``{job: task}``."""
+        count = len(pending) if room is None else min(room, len(pending))
+        tasks = [pending.popleft() for _ in range(count)]
         options = {"slurm_max_num_timeout": self.max_num_timeout}
         if self.python is not None:
             options["slurm_python"] = self.python
@@ -341,6 +365,8 @@ class SubmititExecutor:
                 continue
             for job in ended:
                 task = running.pop(job)
+                if self.max_jobs is not None:
+                    self._leaving.add(str(job.job_id))
                 result = self._result(job, task, states.get(job.job_id))
                 if self.cluster == "slurm":
                     if not result.ok and job.job_id not in states:

@@ -1,6 +1,7 @@
 """Executors on this machine: ``inline`` (this process, one task after another: the paper
-driver's own path) and ``local`` (a fresh spawned process per task, one per core, with
-``CUDA_VISIBLE_DEVICES`` per GPU).
+driver's own path) and ``local`` (a fresh Python process per task, one per core, with
+``CUDA_VISIBLE_DEVICES`` per GPU: :mod:`llome_jax.sweep.child`, so a script that calls
+``run_sweep`` needs no ``if __name__ == "__main__":`` guard).
 
 An executor's ``run(tasks, plan)`` yields one :class:`~llome_jax.sweep.tasks.TaskResult` per
 task as each ends, in any order; it never raises for a task's failure.
@@ -10,14 +11,15 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import multiprocessing
 import os
 import pathlib
 import pickle
 import signal
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
-from multiprocessing.connection import wait
 from typing import Any
 
 from llome_jax.host import threads as host_threads
@@ -45,17 +47,24 @@ def log_tail(task: Task, lines: int = 40) -> str:
 
 
 def died(
-    task: Task, how: str, seconds: float = 0.0, started: str = "", ended: str = ""
+    task: Task,
+    how: str,
+    seconds: float = 0.0,
+    started: str = "",
+    ended: str = "",
+    process: tuple[str, int] = ("", 0),
 ) -> TaskResult:
     """The result of a task whose process ended without one (``how``: what the engine said),
     with the end of its log as the traceback, the host and PID its log's start line names
-    (:func:`~llome_jax.sweep.tasks.logged_process`), and ``seconds`` / ``started`` / ``ended``
-    as the engine saw them (the process's or the job's run time)."""
+    (:func:`~llome_jax.sweep.tasks.logged_process`; else ``process``, what the engine knows),
+    and ``seconds`` / ``started`` / ``ended`` as the engine saw them (the process's or the
+    job's run time)."""
     try:  # the whole log: a requeued attempt appends its own start line
         text = log_path(task.out, task.name, task.attempt).read_text(errors="replace")
     except OSError:
         text = ""
     host, pid = logged_process(text)
+    host, pid = (host, pid) if pid else process
     return TaskResult(
         name=task.name,
         attempt=task.attempt,
@@ -115,9 +124,11 @@ class _Running:
 
 
 class LocalExecutor:
-    """A spawn-based pool on this machine: each task in a fresh process (``spawn``: nothing of
-    this process's JAX is inherited, and a process's compiled programs go with it), at most
-    ``workers`` at a time (default one per usable core).
+    """A pool of processes on this machine: each task in a fresh Python process
+    (:mod:`llome_jax.sweep.child`: nothing of this process's JAX is inherited, a process's
+    compiled programs go with it, and the caller's script is not run again), at most ``workers``
+    at a time (default one per usable core). A task's output, from the interpreter's first
+    line, goes to its log (:func:`~llome_jax.sweep.tasks.log_path`).
 
     Each task is pinned to as many free cores as it asks for (``cpus``) when the machine has
     enough for ``workers`` tasks, and gets ``CUDA_VISIBLE_DEVICES`` naming as many free GPUs
@@ -141,7 +152,6 @@ class LocalExecutor:
         self.gpus = list(visible_gpus() if gpus is None else gpus)
 
     def run(self, tasks: Sequence[Task], plan: SweepPlan) -> Iterator[TaskResult]:
-        context = multiprocessing.get_context("spawn")
         pending = as_queue(tasks)
         running: dict[Any, _Running] = {}
         free_cores = list(self.cores)
@@ -167,13 +177,12 @@ class LocalExecutor:
                     pending.popleft()
                     cores = [free_cores.pop(0) for _ in range(ncores)]
                     gpus = [free_gpus.pop(0) for _ in range(need.gpus)]
-                    job = self._start(context, task, cores, gpus)
-                    running[job.process.sentinel] = job
+                    job = self._start(task, cores, gpus)
+                    running[job.process.pid] = job
                 if not running:
                     continue
-                for sentinel in wait(list(running)):
-                    job = running.pop(sentinel)
-                    job.process.join()
+                for pid in _ended(running):
+                    job = running.pop(pid)
                     free_cores += job.cores
                     free_gpus += job.gpus
                     yield self._collect(job)
@@ -181,9 +190,9 @@ class LocalExecutor:
             for job in running.values():  # the driver stopped: the tasks stop at a round's end
                 job.process.terminate()
             for job in running.values():
-                job.process.join()
+                job.process.wait()
 
-    def _start(self, context: Any, task: Task, cores: list[int], gpus: list[str]) -> _Running:
+    def _start(self, task: Task, cores: list[int], gpus: list[str]) -> _Running:
         env = {}
         if self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
@@ -192,8 +201,21 @@ class LocalExecutor:
         folder.mkdir(parents=True, exist_ok=True)
         result = folder / f"{slug(task.name)}.{task.attempt}.pickle"
         result.unlink(missing_ok=True)
-        process = context.Process(target=_child, args=(task, str(result)), name=task.name)
-        process.start()
+        handed = result.with_suffix(".task")
+        with open(handed, "wb") as stream:
+            pickle.dump(task, stream)
+        env = dict(os.environ)  # the child finds what this process imports (a plan's factory)
+        env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+        log = log_path(task.out, task.name, task.attempt)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as stream:  # import errors too, before run_task redirects
+            process = subprocess.Popen(
+                [sys.executable, "-m", "llome_jax.sweep.child", str(handed), str(result)],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=stream,
+                stderr=subprocess.STDOUT,
+            )
         return _Running(task, process, result, cores, gpus, time.perf_counter(), time.time())
 
     @staticmethod
@@ -205,7 +227,7 @@ class LocalExecutor:
             job.result.unlink()
             return found
         except (OSError, EOFError, pickle.UnpicklingError):
-            code = job.process.exitcode
+            code = job.process.returncode
             how = f"the process exited with status {code} before returning a result"
             if code is not None and code < 0:
                 try:
@@ -213,13 +235,16 @@ class LocalExecutor:
                 except ValueError:
                     name = f"signal {-code}"
                 how = f"the process was killed by {name}"
-            return died(job.task, how, seconds, now(job.wall), now())
+            process = (socket.gethostname(), job.process.pid)
+            return died(job.task, how, seconds, now(job.wall), now(), process)
+        finally:
+            job.result.with_suffix(".task").unlink(missing_ok=True)
 
 
-def _child(task: Task, result: str) -> None:
-    """A spawned process: run the task, then leave its result beside ``result`` (atomically)."""
-    found = run_task(task)
-    partial = result + ".partial"
-    with open(partial, "wb") as stream:
-        pickle.dump(found, stream)
-    os.replace(partial, result)
+def _ended(running: dict[int, _Running], poll: float = 0.1) -> list[int]:
+    """The PIDs of ``running`` whose process has ended (reaped), once at least one has."""
+    while True:
+        done = [pid for pid, job in running.items() if job.process.poll() is not None]
+        if done:
+            return done
+        time.sleep(poll)

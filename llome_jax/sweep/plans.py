@@ -25,6 +25,8 @@ driver names them), the report's figures, and per-run resources. No JAX at impor
       llome: {gpus: 1}           # mem_gb: null asks for no memory (no --mem; e.g. mem_per_gpu)
     costs: {MyOpt: [30, 10]}     # seconds for round 0 and per round (time limits, --dry-run)
     figures: [solver]            # what report.md draws (default: solver for a grid)
+    slurm:                       # cluster settings, as --slurm KEY=VALUE (the CLI's win)
+      {partition: cpu, max_minutes: 240, max_jobs: 500, setup: [module load python]}
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
+import functools
 import math
 import pathlib
 import re
@@ -55,6 +58,7 @@ from llome_jax.bench.plan import (
     parse_functions,
     parse_methods,
 )
+from llome_jax.sweep.cluster_settings import slurm_options
 
 __all__ = [
     "DIFFICULTY",
@@ -86,6 +90,7 @@ PLAN_KEYS = (
     "resources",
     "costs",
     "figures",
+    "slurm",
 )
 
 
@@ -131,6 +136,9 @@ class SweepPlan:
       difficulty: whether the GA difficulty sweep (figure 10) is one of the tasks.
       resources: ``(key, Resources)`` for ``default``, a kind or a method, applied in that order.
       costs: ``(method, (round 0 seconds, seconds per round))`` over the scale's cost table.
+      slurm: ``(key, value)`` cluster settings for the slurm executor, as ``--slurm KEY=VALUE``
+        gives them (:mod:`llome_jax.sweep.cluster_settings`; also ``max_minutes``), under the
+        command line's.
     """
 
     name: str
@@ -141,6 +149,12 @@ class SweepPlan:
     difficulty: bool = False
     resources: tuple[tuple[str, Resources], ...] = ()
     costs: tuple[tuple[str, tuple[float, float]], ...] = ()
+    slurm: tuple[tuple[str, Any], ...] = ()
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, RunSpec]:
+        """``{name: RunSpec}``: :meth:`spec` in O(1) (a plan of 10,000 runs asks it for each)."""
+        return {spec.name: spec for spec in self.runs}
 
     @property
     def names(self) -> list[str]:
@@ -164,7 +178,7 @@ class SweepPlan:
 
     def spec(self, name: str) -> RunSpec | None:
         """The run named ``name`` (``None`` for the difficulty sweep)."""
-        return next((s for s in self.runs if s.name == name), None)
+        return self._by_name.get(name)
 
     def resources_for(self, name: str) -> Resources:
         """A task's resources: :func:`default_resources`, then the plan's ``default``, its
@@ -382,6 +396,7 @@ def plan_from_dict(data: Mapping[str, Any]) -> SweepPlan:
         difficulty=difficulty,
         resources=resources,
         costs=_costs(_mapping(data, "costs", None)),
+        slurm=tuple(slurm_options(_mapping(data, "slurm", None), "plan key slurm").items()),
     )
 
 

@@ -56,10 +56,12 @@ __all__ = [
 
 #: ``task``: a compilation cache per task under ``OUT/.jax_cache/<run>`` (kept across attempts,
 #: never shared); ``node``: one per node under ``$TMPDIR`` shared by its tasks through JAX's file
-#: lock (:data:`NODE_CACHE_BYTES`); ``off``: none. A cache directory set by
+#: lock (:data:`NODE_CACHE_BYTES`); ``shared``: one for the whole sweep, ``OUT/.jax_cache/shared``,
+#: locked the same way (a program compiles once for the sweep; OUT must support locks);
+#: ``off``: none. A cache directory set by
 #: ``JAX_COMPILATION_CACHE_DIR`` is kept, and ``LLOME_JAX_COMPILATION_CACHE=off`` turns all off.
-CACHE_MODES = ("task", "node", "off")
-#: the node-local cache's size limit: setting one makes JAX lock the directory for every read
+CACHE_MODES = ("task", "node", "shared", "off")
+#: the node and shared caches' size limit: setting one makes JAX lock the directory for every read
 #: and write, so concurrent tasks never read a half-written entry
 NODE_CACHE_BYTES = 8 << 30
 #: fault injection for tests (module docstring)
@@ -190,6 +192,18 @@ def logged_process(text: str) -> tuple[str, int]:
 def run_task(task: Task) -> TaskResult:
     """Run ``task`` in this process (a worker's whole job; module docstring); never raises."""
     started, start_time = time.perf_counter(), now()
+    if not os.path.isdir(task.out):  # a node that does not see the driver's OUT (Ray, SLURM)
+        return TaskResult(
+            status="failed",
+            error=f"{task.out} does not exist on {socket.gethostname()}: a sweep's OUT must be "
+            "on storage every node sees (NFS, Lustre, ...)",
+            name=task.name,
+            attempt=task.attempt,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started=start_time,
+            ended=now(),
+        )
     for key, value in task.env:
         os.environ[key] = value
     if task.cores:
@@ -261,8 +275,9 @@ def _enable_cache(task: Task, out: pathlib.Path) -> None:
     """The task's compilation cache (:data:`CACHE_MODES`)."""
     if task.cache == "off":
         return
-    if task.cache == "node":
+    if task.cache in ("node", "shared"):
         root = pathlib.Path(os.environ.get("TMPDIR") or "/tmp") / f"llome_jax_cache_{os.getuid()}"
+        root = out / ".jax_cache" / "shared" if task.cache == "shared" else root
         if compile_cache.enable(root):
             import jax  # lazy: after the task's environment is set (module docstring)
 

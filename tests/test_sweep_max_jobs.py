@@ -1,0 +1,90 @@
+"""``max_jobs`` on a real single-node SLURM (tests/slurm_cluster.py): a cluster's
+``MaxSubmitJobs``-style limit. A plan of three GA smoke runs says ``slurm: {max_jobs: 1}``; the
+sweep submits one job, the next only once it has ended, and ``squeue``, polled while the sweep
+runs, never lists more than one job of it."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+
+import pytest
+import yaml
+
+from llome_jax.sweep import plan_from_dict, run_sweep
+from tests.slurm_cluster import slurm_cluster  # noqa: F401 (a fixture)
+
+PLAN = """
+name: one-at-a-time
+scale: smoke
+functions: [f2]
+methods: [GA]
+seeds: [0, 1, 2]
+rounds: 1
+slurm: {max_jobs: 1}
+"""
+#: seconds the sweep may take before the test fails (it takes ~20 s)
+TIMEOUT = 240.0
+
+
+def _queued(env: dict[str, str]) -> int:
+    """How many jobs (array tasks one each) ``squeue`` lists now."""
+    text = subprocess.run(
+        ["squeue", "-h", "-r", "-o", "%i"], env=env, capture_output=True, text=True, timeout=30
+    ).stdout
+    return len(text.split())
+
+
+@pytest.mark.slow
+def test_max_jobs_keeps_that_many_jobs_in_the_queue(
+    slurm_cluster,  # noqa: F811 (the fixture imported above)
+    tmp_path: pathlib.Path,
+) -> None:
+    env = {**os.environ, **slurm_cluster.env()}
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            seen.append(_queued(env))
+            stop.wait(0.2)
+
+    found: dict = {}
+
+    def sweep() -> None:
+        try:
+            found["result"] = run_sweep(
+                plan_from_dict(yaml.safe_load(PLAN)),
+                tmp_path / "out",
+                "slurm",
+                poll=0.5,
+                python=sys.executable,
+                cache="off",
+                report=False,
+                log=lambda line: None,
+            )
+        except BaseException as error:  # raised again in the test's thread
+            found["error"] = error
+
+    watcher, runner = threading.Thread(target=watch, daemon=True), threading.Thread(target=sweep)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        watcher.start()
+        runner.start()
+        runner.join(timeout=TIMEOUT)
+        stop.set()
+    if runner.is_alive():
+        slurm_cluster.cancel_jobs()
+        pytest.fail(f"the sweep did not end in {TIMEOUT:.0f} s")
+    if "error" in found:
+        raise found["error"]
+    result = found["result"]
+    assert sorted(result.done) == [f"f2/GA_seed{k}" for k in range(3)] and not result.missing
+    submitted = [line for line in printed.getvalue().splitlines() if line.startswith("submitted")]
+    assert len(submitted) == 3 and all(" of 1 run(s): " in line for line in submitted), submitted
+    assert max(seen) == 1, seen  # one job at a time, and the watcher saw it
