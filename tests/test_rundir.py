@@ -11,7 +11,13 @@ import pytest
 
 from llome_jax import metrics
 from llome_jax.run import plotting, rundir
-from llome_jax.run.label_audit import LabelAudit, label_audit
+from llome_jax.run.label_audit import (
+    LabelAudit,
+    cached_label_audit,
+    label_audit,
+    read_audit_cache,
+    write_audit_cache,
+)
 
 
 def test_create_resume_and_config_mismatch(tmp_path):
@@ -264,3 +270,26 @@ def test_label_audit_counts_what_the_run_directory_paid(tmp_path):
     other.log_round({"round": 0, "num_evaluations": 10_000})
     assert label_audit(other).constraint_queries is None
     assert not label_audit(other).pays_once
+
+
+def test_a_cached_label_audit_is_reused_until_the_run_changes(tmp_path):
+    """The cache's entry stands in for ``evaluated.csv`` while its size and time match (shown by
+    an entry made to differ from the file: it is what comes back), and a run that labels more is
+    read again."""
+    run = rundir.RunDirectory.create(tmp_path / "run", {"optimizer": "x"})
+    run.log_evaluated(0, [[0, 1], [1, 0]], [0.1, 0.2])
+    run.log_round({"round": 0, "num_evaluations": 2, "cum_constraint_queries": 0})
+    cache_path = tmp_path / "cache" / "audits.json"
+    cache = read_audit_cache(cache_path)
+    assert cache == {}  # no file yet
+    first = cached_label_audit(run, cache, "r")
+    assert first == LabelAudit(labels=2, distinct=2, num_evaluations=2, constraint_queries=0)
+    write_audit_cache(cache_path, cache)
+    cache = read_audit_cache(cache_path)
+    cache["r"]["audit"]["labels"] = 99  # not what evaluated.csv holds
+    assert cached_label_audit(run, cache, "r").labels == 99  # the file was not read
+    run.log_evaluated(1, [[1, 0]], [0.2])  # labelled again: the stamp no longer matches
+    run.log_round({"round": 1, "num_evaluations": 3, "cum_constraint_queries": 0})
+    again = cached_label_audit(run, cache, "r")
+    assert (again.labels, again.distinct, again.num_evaluations) == (3, 2, 3)
+    assert cache["r"]["audit"]["labels"] == 3

@@ -29,13 +29,23 @@ from llome_jax.bench.results import (
     regret_curves,
     write_csv,
 )
-from llome_jax.run.label_audit import label_audit, label_audit_summary
+from llome_jax.run.label_audit import (
+    cached_label_audit,
+    label_audit_summary,
+    read_audit_cache,
+    write_audit_cache,
+)
 from llome_jax.stats import smallest_p
 
 if TYPE_CHECKING:
     from llome_jax.run.label_audit import LabelAudit
 
 __all__ = ["CLAIMS", "CURVE_COLUMNS", "STEP_COLUMNS", "write_curves", "write_report", "write_steps"]
+
+#: where the report keeps each finished run's label audit between reports, under ``out``
+#: (:func:`~llome_jax.run.label_audit.cached_label_audit`: ``evaluated.csv`` is read again only
+#: when it or ``rounds.jsonl`` changed)
+AUDIT_CACHE = pathlib.Path(".cache") / "label_audits.json"
 
 #: what the paper says, quoted from paper.tex
 CLAIMS: dict[str, str] = {
@@ -293,6 +303,7 @@ def write_report(
     runs, stop_reasons, accountings, audits = {}, {}, {}, {}
     archived: dict[RunSpec, ArchivedRun] = {}
     status, curves = [], []
+    audit_cache = read_audit_cache(out / AUDIT_CACHE)
     for spec in plan:
         path = out / "runs" / spec.name
         records = read_rounds(path)
@@ -331,7 +342,8 @@ def write_report(
             runs[spec] = records
             stop_reasons[spec] = why or ""
             accountings[spec] = accounting
-            audits[spec.name] = label_audit(path)
+            audits[spec.name] = cached_label_audit(path, audit_cache, spec.name)
+    write_audit_cache(out / AUDIT_CACHE, audit_cache)
     ctx = Context(out, scale, scale_name, plan, runs, stop_reasons, accountings, archived)
     write_curves(out, curves)
     write_steps(out, curves, archived)

@@ -2,7 +2,9 @@
 
 :func:`label_audit` reads a run directory's ``evaluated.csv`` and last ``rounds.jsonl`` record into
 a :class:`LabelAudit` (labels recorded, distinct sequences, labels paid, constraint queries);
-:func:`label_audit_summary` says in one sentence how many runs pay each label once
+:func:`cached_label_audit` keeps each run's audit in a cache file and reads ``evaluated.csv``
+again only when it or ``rounds.jsonl`` changed (a report over 10,000 runs need not read every
+label file each time); :func:`label_audit_summary` says in one sentence how many runs pay each label once
 (``llome-jax compare`` and the paper report print it).
 """
 
@@ -10,12 +12,22 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import os
-from collections.abc import Mapping
+import pathlib
+from collections.abc import Mapping, MutableMapping
+from typing import Any
 
 from llome_jax.run.rundir import RunDirectory
 
-__all__ = ["LabelAudit", "label_audit", "label_audit_summary"]
+__all__ = [
+    "LabelAudit",
+    "cached_label_audit",
+    "label_audit",
+    "label_audit_summary",
+    "read_audit_cache",
+    "write_audit_cache",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +79,55 @@ def label_audit(run_dir: RunDirectory | str | os.PathLike) -> LabelAudit | None:
         num_evaluations=count("num_evaluations"),
         constraint_queries=count("cum_constraint_queries"),
     )
+
+
+def _stamp(run_dir: RunDirectory) -> list[int] | None:
+    """``[size, mtime_ns]`` of ``evaluated.csv`` and of ``rounds.jsonl``: what a cached audit
+    must still match (``None`` when either is missing)."""
+    try:
+        stats = [os.stat(run_dir.evaluated_path), os.stat(run_dir.rounds_path)]
+    except OSError:
+        return None
+    return [number for st in stats for number in (st.st_size, st.st_mtime_ns)]
+
+
+def cached_label_audit(
+    run_dir: RunDirectory | str | os.PathLike, cache: MutableMapping[str, Any], key: str
+) -> LabelAudit | None:
+    """:func:`label_audit`, taken from ``cache[key]`` while the run's ``evaluated.csv`` and
+    ``rounds.jsonl`` have the size and modification time recorded with it, else computed and
+    stored there (``cache``: :func:`read_audit_cache`'s mapping)."""
+    if not isinstance(run_dir, RunDirectory):
+        run_dir = RunDirectory(run_dir)
+    stamp = _stamp(run_dir)
+    entry = cache.get(key)
+    if stamp is not None and isinstance(entry, dict) and entry.get("stamp") == stamp:
+        try:
+            return LabelAudit(**entry["audit"])
+        except (KeyError, TypeError):
+            pass
+    audit = label_audit(run_dir)
+    if stamp is not None and audit is not None:
+        cache[key] = {"stamp": stamp, "audit": dataclasses.asdict(audit)}
+    return audit
+
+
+def read_audit_cache(path: str | os.PathLike) -> dict[str, Any]:
+    """The audit cache in ``path`` (a JSON file); empty when it is missing or unreadable."""
+    try:
+        found = json.loads(pathlib.Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def write_audit_cache(path: str | os.PathLike, cache: Mapping[str, Any]) -> None:
+    """Write the audit cache to ``path`` whole (a temporary file renamed over it)."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(dict(cache), sort_keys=True))
+    os.replace(partial, path)
 
 
 def label_audit_summary(audits: Mapping[str, LabelAudit | None]) -> str:
