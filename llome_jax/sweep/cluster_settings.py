@@ -18,7 +18,9 @@ left out) ``slurm_additional_parameters``, ``exclusive`` (a boolean, or ``user``
 is written (:meth:`~llome_jax.sweep.engines.SubmititExecutor.parameters`). ``time`` (minutes)
 replaces every run's time limit. ``max_jobs`` keeps at most that many of the sweep's jobs
 (array tasks count one each) queued or running at once, for clusters with a
-``MaxSubmitJobs``-style limit; the rest are submitted as jobs end. A plan's ``slurm:`` mapping
+``MaxSubmitJobs``-style limit; the rest are submitted as jobs end. ``pack`` K runs up to K
+runs of a group one after another in one job (its time limit theirs added), for many short
+runs. A plan's ``slurm:`` mapping
 holds the same keys (and ``max_minutes``); the command line's win over it.
 
 ``--max-minutes N`` caps each run's time limit (its estimate times the margin, at least the
@@ -54,6 +56,7 @@ WHOLE_KEYS = (
     "max_num_timeout",
     "max_jobs",
     "max_minutes",
+    "pack",
 )
 #: keys whose value may be a boolean (``exclusive`` also ``user`` or ``mcs``)
 BOOLEAN_KEYS = ("exclusive", "stderr_to_stdout", "use_srun")

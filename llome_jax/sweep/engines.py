@@ -49,6 +49,9 @@ from llome_jax.sweep.scontrol import (
 )
 from llome_jax.sweep.tasks import Task, TaskResult, now, run_task
 
+#: what one job runs: a task, or a pack of tasks run one after another (``pack``)
+Item = Task | tuple[Task, ...]
+
 __all__ = [
     "DEFAULT_MAX_ARRAY_SIZE",
     "JobState",
@@ -142,6 +145,7 @@ class SubmititExecutor:
         self.fixed_minutes: int | None = self.slurm.pop("time", None)
         self.signal_delay: int | None = self.slurm.pop("signal_delay_s", None)
         self.max_num_timeout = int(self.slurm.pop("max_num_timeout", 3))
+        self.pack = max(1, int(self.slurm.pop("pack", 1)))
         jobs = self.slurm.pop("max_jobs", None)
         self.max_jobs: int | None = None if jobs is None else max(1, int(jobs))
         planned = self.slurm.pop("max_minutes", None)
@@ -151,7 +155,7 @@ class SubmititExecutor:
         self.python = python
         self.poll = float(poll if poll is not None else (0.5 if cluster == "local" else 5.0))
         self.on_submit: Any = None
-        self._attached: dict[Any, Task] = {}
+        self._attached: dict[str, tuple[Any, Item]] = {}  # job id -> (job, its task or pack)
         self._leaving: set[str] = set()  # ended jobs SLURM may still list (max_jobs)
 
     def minutes(self, name: str, plan: SweepPlan, task: Task | None = None) -> int:
@@ -209,7 +213,10 @@ class SubmititExecutor:
         state = job_states([str(job_id)]).get(str(job_id))
         if state is None and not _has_result(job):
             return None
-        self._attached[job] = task
+        if str(job_id) in self._attached:  # a pack: one job, several runs
+            job, item = self._attached[str(job_id)]
+            task = (*(item if isinstance(item, tuple) else (item,)), task)
+        self._attached[str(job_id)] = (job, task)
         return "ended" if state is None else state.state
 
     def parameters(
@@ -246,15 +253,25 @@ class SubmititExecutor:
             for (resources, minutes, delay), group in found.items()
         ]
 
-    def arrays(self, tasks: Sequence[Task], plan: SweepPlan) -> list[tuple[dict, list[Task]]]:
-        """``(parameters, tasks)`` per array submitted: each of :meth:`groups` in chunks of
+    def arrays(self, tasks: Sequence[Task], plan: SweepPlan) -> list[tuple[dict, list[Item]]]:
+        """``(parameters, items)`` per array submitted: each of :meth:`groups` in chunks of
         at most ``max_array_size - 1`` (:func:`array_chunks`), each chunk's ``%`` limit at most
-        its length."""
+        its length. With ``pack`` K > 1 an item is a tuple of up to K runs of the group, run
+        one after another in one job whose time limit is theirs added (K at most
+        ``max_minutes`` over a run's limit)."""
         if self.max_array_size is None:
             self.max_array_size = max_array_size()
         found = []
         for params, group in self.groups(tasks, plan):
-            for chunk in array_chunks(group, self.max_array_size):
+            items: list[Item] = list(group)
+            if self.pack > 1:
+                minutes = int(params["timeout_min"])
+                size = self.pack
+                if self.max_minutes is not None:
+                    size = max(1, min(size, self.max_minutes // max(1, minutes)))
+                items = [tuple(group[k : k + size]) for k in range(0, len(group), size)]
+                params = {**params, "timeout_min": minutes * size}
+            for chunk in array_chunks(items, self.max_array_size):
                 limit = params.get("slurm_array_parallelism")
                 given = {"slurm_array_parallelism": min(limit, len(chunk))} if limit else {}
                 found.append(({**params, **given}, chunk))
@@ -268,7 +285,7 @@ class SubmititExecutor:
         if self.cluster == "local":
             yield from self._run_local(submitit, pending, plan)
             return
-        running: dict[Any, Task] = dict(self._attached)
+        running: dict[Any, Item] = dict(self._attached.values())
         self._attached.clear()
         running.update(self._submit_arrays(submitit, pending, plan, self._room(running)))
         while running or pending:
@@ -279,7 +296,7 @@ class SubmititExecutor:
                 time.sleep(self.poll)  # ended jobs SLURM still lists (COMPLETING)
             running.update(self._submit_arrays(submitit, pending, plan, room))
 
-    def _room(self, running: Mapping[Any, Task]) -> int | None:
+    def _room(self, running: Mapping[Any, Item]) -> int | None:
         """How many more jobs may be submitted now (``None``: no limit): ``max_jobs`` less
         those queued or running, counting a job whose result is in but that SLURM still lists
         (``COMPLETING``), as its ``MaxSubmitJobs`` does."""
@@ -295,15 +312,16 @@ class SubmititExecutor:
         pending: collections.deque[Task],
         plan: SweepPlan,
         room: int | None = None,
-    ) -> dict[Any, Task]:
-        """Submit the first ``room`` tasks of ``pending`` (``None``: all of them), taken off
-        it, as arrays (:meth:`arrays`): ``{job: task}``."""
-        count = len(pending) if room is None else min(room, len(pending))
+    ) -> dict[Any, Item]:
+        """Submit the tasks of ``pending`` for the first ``room`` jobs (``None``: all of them;
+        ``pack`` tasks a job), taken off it, as arrays (:meth:`arrays`): ``{job: task or
+        pack}``."""
+        count = len(pending) if room is None else min(room * self.pack, len(pending))
         tasks = [pending.popleft() for _ in range(count)]
         options = {"slurm_max_num_timeout": self.max_num_timeout}
         if self.python is not None:
             options["slurm_python"] = self.python
-        submitted: dict[Any, Task] = {}
+        submitted: dict[Any, Item] = {}
         arrays = self.arrays(tasks, plan) if tasks else []
         for count, (params, chunk) in enumerate(arrays, start=1):
             executor = submitit.AutoExecutor(
@@ -312,16 +330,22 @@ class SubmititExecutor:
             executor.update_parameters(**params)
             jobs = executor.map_array(SubmititTask(), chunk)
             part = f" ({count} of {len(arrays)}, MaxArraySize {self.max_array_size})"
+            packed = [item for item in chunk if isinstance(item, tuple)]
+            what = f"{len(chunk)} run(s)"
+            if packed:
+                runs = sum(map(len, packed))
+                what = f"{len(chunk)} job(s) of up to {self.pack} run(s), {runs} run(s)"
             print(
-                f"submitted array {jobs[0].job_id.split('_')[0]} of {len(chunk)} run(s)"
+                f"submitted array {jobs[0].job_id.split('_')[0]} of {what}"
                 f"{part if len(arrays) > 1 else ''}: {params['cpus_per_task']} CPU, "
                 f"{params['gpus_per_node']} GPU, {params['timeout_min']} min each",
                 flush=True,
             )
-            for job, task in zip(jobs, chunk):
-                submitted[job] = task
-                if self.on_submit is not None:
-                    self.on_submit(task, str(job.job_id))
+            for job, item in zip(jobs, chunk):
+                submitted[job] = item
+                for task in item if isinstance(item, tuple) else (item,):
+                    if self.on_submit is not None:
+                        self.on_submit(task, str(job.job_id))
         return submitted
 
     def _run_local(
@@ -349,7 +373,7 @@ class SubmititExecutor:
                     self.on_submit(task, str(job.job_id))
             yield from self._wait(running, first_only=True)
 
-    def _wait(self, running: dict[Any, Task], first_only: bool = False) -> Iterator[TaskResult]:
+    def _wait(self, running: dict[Any, Item], first_only: bool = False) -> Iterator[TaskResult]:
         """Results of ``running`` jobs as they end (removed from it); with ``first_only``, back
         after the first batch that ends. On SLURM a job also ends when ``scontrol`` says so
         (:func:`job_states`): submitit asks ``sacct``, which a cluster without accounting
@@ -364,17 +388,40 @@ class SubmititExecutor:
                 time.sleep(self.poll)
                 continue
             for job in ended:
-                task = running.pop(job)
+                item = running.pop(job)
                 if self.max_jobs is not None:
                     self._leaving.add(str(job.job_id))
-                result = self._result(job, task, states.get(job.job_id))
-                if self.cluster == "slurm":
-                    if not result.ok and job.job_id not in states:
-                        states.update(job_states([job.job_id]))
-                    result = _with_job(result, job, states)
-                yield result
+                for result in self._results(job, item, states.get(job.job_id)):
+                    if self.cluster == "slurm":
+                        if not result.ok and job.job_id not in states:
+                            states.update(job_states([job.job_id]))
+                        result = _with_job(result, job, states)
+                    yield result
             if first_only:
                 return
+
+    @classmethod
+    def _results(cls, job: Any, item: Item, state: JobState | None = None) -> list[TaskResult]:
+        """The results of a job's task, or of each run of its pack: the job's list; when the
+        job ended without one, a run of the pack that finished is ``done`` and the others
+        failed as the job did."""
+        if not isinstance(item, tuple):
+            return [cls._result(job, item, state)]
+        try:
+            found = job.result() if _has_result(job) else None
+        except Exception:  # the job died: each run as its run directory says
+            found = None
+        if isinstance(found, list) and len(found) == len(item):
+            return found
+        results = []
+        for task in item:
+            if (pathlib.Path(task.out) / "runs" / task.name / "done.json").exists():
+                results.append(
+                    TaskResult(task.name, task.attempt, "done", how="finished in its pack")
+                )
+            else:  # with the end of its own log
+                results.append(cls._result(job, task, state))
+        return results
 
     @staticmethod
     def _result(job: Any, task: Task, state: JobState | None = None) -> TaskResult:

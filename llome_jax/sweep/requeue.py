@@ -85,7 +85,12 @@ class SubmititTask:
     """The callable a submitit job runs: :func:`~llome_jax.sweep.tasks.run_task`, checkpointable
     (module docstring). Holds nothing: everything is in the :class:`Task` it is called with."""
 
-    def __call__(self, task: Task) -> TaskResult:
+    def __call__(self, task: Task | tuple[Task, ...]) -> TaskResult | list[TaskResult]:
+        """Run ``task``; a tuple of tasks (runs packed into one job) one after another, a list
+        of their results (a stop on SIGUSR2 requeues the whole pack: the runs it finished
+        are skipped when it comes back)."""
+        if isinstance(task, tuple):
+            return [self(one) for one in task]
         restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
         if restarts > task.requeues:  # SLURM started this job again, not submitit's requeue
             record_requeue(
@@ -120,11 +125,15 @@ class SubmititTask:
             handler(signal.SIGUSR2, None)
         return result
 
-    def checkpoint(self, task: Task) -> Any:
-        """What submitit resubmits after a time limit or preemption: this task, one requeue
-        more (the run directory holds where it stopped)."""
+    def checkpoint(self, task: Task | tuple[Task, ...]) -> Any:
+        """What submitit resubmits after a time limit or preemption: this task (each task of a
+        pack), one requeue more (the run directory holds where it stopped)."""
         from submitit.helpers import DelayedSubmission  # lazy: an optional extra (slurm)
 
+        if isinstance(task, tuple):
+            return DelayedSubmission(
+                self, tuple(dataclasses.replace(t, requeues=t.requeues + 1) for t in task)
+            )
         return DelayedSubmission(self, dataclasses.replace(task, requeues=task.requeues + 1))
 
 
