@@ -11,6 +11,9 @@ One sweep of two GA smoke runs (7 rounds each) on the cluster, driven by a separ
 * the test sends seed 0's job the scheduler's SIGUSR2 (``scancel --signal=USR2``, what SLURM
   sends before a time limit): the run finishes round 1, checkpoints, and submitit requeues
   the job, which resumes after round 1 and finishes. Its labels equal an uninterrupted run's.
+
+A second sweep runs seed 0 alone under a real one-minute time limit: SLURM's own warning stops it
+at the end of round 1, and the requeued job finishes with an uninterrupted run's labels.
 """
 
 from __future__ import annotations
@@ -216,3 +219,67 @@ def _pending(job: str) -> bool:
         ["scontrol", "-o", "show", "job", job], capture_output=True, text=True, timeout=30
     ).stdout
     return "JobState=PENDING" in text
+
+
+@pytest.mark.slow
+def test_a_real_time_limit_inside_a_round_stops_at_its_end_and_the_requeued_run_finishes(
+    slurm_cluster,  # noqa: F811 (the fixture imported above)
+    tmp_path: pathlib.Path,
+) -> None:
+    """SLURM's own warning, not one the test sends: a one-minute time limit (``--slurm
+    time=1``; USR2 30 s before it) ends while round 1 waits; the round finishes, the job is
+    requeued, resumes after round 1 and finishes with an uninterrupted run's labels."""
+    out = tmp_path / "out"
+    found: dict = {}
+
+    def sweep() -> None:
+        try:
+            found["result"] = run_sweep(
+                plan_from_dict(yaml.safe_load(PLAN)),
+                out,
+                "slurm",
+                runs=[PAUSED],
+                poll=0.5,
+                python=sys.executable,
+                cache="off",
+                env={FAULT_ENV: f"pause:{PAUSED}:1"},  # waits for a signal after round 1
+                slurm={"time": 1},
+                report=False,
+                log=lambda line: None,
+            )
+        except BaseException as error:  # raised again in the test's thread
+            found["error"] = error
+
+    runner = threading.Thread(target=sweep, daemon=True)
+    requeues = out / "sweep" / "requeues.jsonl"
+    with contextlib.redirect_stdout(io.StringIO()):
+        runner.start()
+        _wait("SLURM's time-limit warning requeues the job", lambda: _text(requeues), slurm_cluster)
+        job = json.loads(_text(requeues).splitlines()[0])["job_id"]
+        _wait("the job is pending again", lambda: _pending(job), slurm_cluster)
+        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], timeout=30)
+        runner.join(timeout=TIMEOUT)
+    if runner.is_alive():
+        slurm_cluster.cancel_jobs()
+        pytest.fail("the sweep did not end")
+    if "error" in found:
+        raise found["error"]
+    assert found["result"].done == (PAUSED,) and found["result"].failures == 0
+    record = json.loads(_text(requeues).splitlines()[0])
+    assert (record["how"], record["requeue"], record["stopped_after_round"]) == ("requeue", 1, 1)
+    assert record["seconds"] < 60  # the warning came before the limit
+    text = _text(log_path(out, PAUSED, 1))
+    assert "SIGUSR2 (time limit or preemption): finishing this round" in text
+    assert f"resuming {out / 'runs' / PAUSED} after round 1" in text
+    once = tmp_path / "once"
+    run_sweep(
+        plan_from_dict(yaml.safe_load(PLAN)),
+        once,
+        "inline",
+        runs=[PAUSED],
+        report=False,
+        log=lambda line: None,
+    )
+    assert _text(out / "runs" / PAUSED / "evaluated.csv") == _text(
+        once / "runs" / PAUSED / "evaluated.csv"
+    )
