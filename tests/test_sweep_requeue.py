@@ -149,7 +149,6 @@ def test_a_killed_driver_comes_back_and_a_warned_run_is_requeued_at_a_round_boun
                 poll=0.5,
                 python=sys.executable,
                 cache="off",
-                report=False,
                 log=lines.append,
             )
         except BaseException as error:  # raised again in the test's thread
@@ -198,6 +197,8 @@ def test_a_killed_driver_comes_back_and_a_warned_run_is_requeued_at_a_round_boun
     assert (done["last_round"], done["stop_reason"][:20]) == (7, "its 7 rounds ended i")
     failures = [json.loads(x) for x in _text(out / "failures.jsonl").splitlines()]
     assert [(f["run"], f["attempt"]) for f in failures] == [(FAILING, 1)]  # the requeue is none
+    report = _text(out / "report.md")  # the restarted driver's report: both runs, none missing
+    assert "on the `slurm` executor: 2 finished, 0 missing" in report
 
     # the requeued run's labels are an uninterrupted run's
     once = tmp_path / "once"
