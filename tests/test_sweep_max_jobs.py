@@ -4,7 +4,8 @@
 ``slurm: {max_jobs: 1}``; the sweep submits one job, the next only once it has ended, and
 ``squeue``, polled while the sweep runs, never lists more than one job of it. ``pack``: four
 runs with ``slurm: {pack: 2}`` go as one array of two jobs, two runs each, each job's time
-limit the two runs' added; every run finishes, and ``jobs.json`` gives each pair one job."""
+limit the two runs' added; every run finishes, and ``jobs.json`` gives each pair one job. The
+same plan with another round is then refused for the four runs it changes, submitting nothing."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import threading
 import pytest
 import yaml
 
+from llome_jax.bench.plan import UsageError
 from llome_jax.sweep import plan_from_dict, run_sweep
 from tests.slurm_cluster import slurm_cluster  # noqa: F401 (a fixture)
 
@@ -159,3 +161,13 @@ def test_pack_runs_two_runs_in_each_job(
         assert done["last_round"] == 1, name
     scripts = sorted((out / "sweep" / "submitit").glob("*/*_submission.sh"))
     assert len(scripts) == 1 and "#SBATCH --time=20" in scripts[0].read_text()
+
+    # the plan changed (2 rounds, not 1): refused for the runs it changes, nothing submitted
+    changed = plan_from_dict(yaml.safe_load(PACKED.replace("rounds: 1", "rounds: 2")))
+    with pytest.raises(UsageError) as refused:
+        run_sweep(changed, out, "slurm", python=sys.executable, report=False)
+    assert str(refused.value).startswith(
+        "4 finished run(s) were made by another plan: f2/GA_seed0, f2/GA_seed1, f2/GA_seed2 "
+        "and 1 more (budget 32 -> 64, rounds 1 -> 2); --rerun-changed runs them again"
+    ), refused.value
+    assert len(list((out / "sweep" / "submitit").glob("*/*_submission.sh"))) == 1
