@@ -167,7 +167,7 @@ def test_the_committed_f2_report_redraws_from_its_own_files(tmp_path: pathlib.Pa
 
     drawn, committed = (tmp_path / "report.md").read_text(), (F2 / "report.md").read_text()
     mine = verdicts(drawn)
-    assert len(mine) == 11 and mine == verdicts(committed)[: len(mine)]
+    assert len(mine) == 12 and mine == verdicts(committed)[: len(mine)]
     # figures 1, 2 and 9 whole: tables, notes, the equal-label readings of stopped runs
     start = "## 1. Solver regret comparison"
     assert (

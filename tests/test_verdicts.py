@@ -1104,3 +1104,33 @@ def test_an_arm_the_paper_does_not_have_does_not_decide_the_half_quantised_claim
     )
     v = vd.half_quant_marge_best(data, {"LLOME-MargE": 10}, 4)
     assert v.verdict == "agree" and v.beside == ("local search",), v.reason
+
+
+def _prior(prior: list[float], lambo: list[float]) -> dict:
+    return {"LLOME-MargE-prior": {"values": prior}, "LaMBO-2": {"values": lambo}}
+
+
+@pytest.mark.parametrize(
+    ("prior", "lambo", "expected", "p"),
+    [
+        # medians 0.62 vs 0.5, one level (1 - 0.5) / 4 = 0.125: within; every prior value less
+        # the level (0.495) below every LaMBO-2 value: one split of C(16, 8) = 12,870
+        ([0.62] * 8, [0.5] * 8, "agree", 1 / 12870),
+        # 0.64 is more than a level above 0.5: not non-inferior; LaMBO-2 lower in every split
+        # but the observed one and its mirror: two-sided p = 2 / 12,870
+        ([0.64] * 8, [0.5] * 8, "disagree", 2 / 12870),
+        # equal medians, 2 vs 2: the one-sided p cannot go below 1 / C(4, 2) = 1 / 6
+        ([0.5, 0.5], [0.5, 0.5], "inconclusive", 1.0),
+    ],
+)
+def test_the_prior_reaches_lambo2_on_both_sides_of_one_level(prior, lambo, expected, p) -> None:
+    v = vd.prior_reaches_lambo2("f2", _prior(prior, lambo), 4)
+    assert v.verdict == expected, v.reason
+    assert v.p == pytest.approx(p, rel=1e-9)
+    assert v.claim == "f2: LLOME-MargE-prior reaches LaMBO-2 (not a paper claim: an arm it lacks)"
+    assert v.n == f"{len(prior)} vs {len(lambo)}"
+
+
+def test_the_prior_verdict_without_an_arm_is_not_comparable() -> None:
+    v = vd.prior_reaches_lambo2("f2", {"LaMBO-2": {"values": [0.5, 0.4]}}, 4)
+    assert (v.verdict, v.reason) == ("not comparable", "no finished runs of LLOME-MargE-prior")

@@ -136,6 +136,8 @@ def figure_solver(ctx: Context) -> tuple[str, list[Verdict]]:
             )
         if method := PAPER_BEST_METHOD.get(function):
             found.append(vd.solver_best(function, method, summary, quantization_of(function)))
+        if "LLOME-MargE-prior" in summary and "LaMBO-2" in summary:  # ours, beside the paper's
+            found.append(vd.prior_reaches_lambo2(function, summary, quantization_of(function)))
         verdicts += [ctx.check(v, selected) for v in found]
         if summary:
             equal += _equal_label_readings(

@@ -39,6 +39,7 @@ __all__ = [
     "model_size_comparable",
     "model_size_plateaus",
     "pareto_llome_variant_below",
+    "prior_reaches_lambo2",
     "reinforce_decreases_regret",
     "reinforce_marge_ends_lower",
     "reinforce_never_optimal",
@@ -110,6 +111,48 @@ def solver_medium_pair_outperforms(function: str, summary: Summary, quantization
     """
     claim = f"{function}: LLOME-MargE and LaMBO-2 outperform the other methods"
     return beats(claim, summary, ("LLOME-MargE", "LaMBO-2"), quantization, among=PAPER_METHODS)
+
+
+def prior_reaches_lambo2(
+    function: str,
+    summary: Summary,
+    quantization: int,
+    prior: str = "LLOME-MargE-prior",
+    specialist: str = "LaMBO-2",
+) -> Verdict:
+    """Ours, not the paper's (an arm it does not have; it decides no paper claim): "LLOME-MargE
+    from the prior reaches LaMBO-2 at the budget".
+
+    Input: per method, the per-seed min regrets at the budget; ``quantization`` the function's
+    ``q``. Rule and tests, with one level ``l`` (:func:`one_level` at the lower median): agree
+    when the prior's median is at most ``l`` above LaMBO-2's and a one-sided exact permutation
+    test of non-inferiority at that margin (the prior's values less ``l`` against LaMBO-2's,
+    alternative "less") gives p < :data:`ALPHA`; disagree when LaMBO-2's median is ``l`` or
+    more below the prior's and the two-sided exact permutation test gives p < :data:`ALPHA`;
+    else inconclusive; either arm missing: not comparable.
+    """
+    claim = f"{function}: {prior} reaches {specialist} (not a paper claim: an arm it lacks)"
+    have = {m: seed_values(summary[m]) for m in (prior, specialist) if m in summary}
+    if len(have) < 2 or not all(have.values()):
+        missing = [m for m in (prior, specialist) if not have.get(m)]
+        return Verdict(claim, "not comparable", f"no finished runs of {', '.join(missing)}")
+    x, y = have[prior], have[specialist]
+    a, b = median_of(x), median_of(y)
+    level = one_level(min(a, b), quantization)
+    p_diff = stats.permutation_test(x, y)
+    p_level = stats.permutation_test(np.asarray(x) - level, y, "less")
+    reason = (
+        f"{prior} {a:.3f} vs {specialist} {b:.3f} (a level {level:.3f}); non-inferiority at one "
+        f"level p = {fmt_p(p_level)}, difference p = {fmt_p(p_diff)}, n = {len(x)} vs {len(y)}"
+    )
+    n = f"{len(x)} vs {len(y)}"
+    if a <= b + level and p_level < ALPHA:
+        test = "one-sided exact permutation test of non-inferiority at one level"
+        return Verdict(claim, "agree", reason, test, n, p_level)
+    test = "exact two-sided permutation test on per-seed min regret (difference of means)"
+    if b <= a - level and p_diff < ALPHA:
+        return Verdict(claim, "disagree", reason, test, n, p_diff)
+    return Verdict(claim, "inconclusive", reason, test, n, p_diff)
 
 
 def sft_marge_sole_optimum(first: str, finals: Mapping[str, Sequence[float]]) -> Verdict:
