@@ -64,13 +64,14 @@ def main(kind: str, runs: str, out: str) -> int:
     for row in rows:
         arms.setdefault(row["arm"], []).append(row)
     key = lambda row: (row["instance"], row["seed"])  # noqa: E731
-    reference = sorted(arms.get("0.003" if kind == "tuning" else "ga", []), key=key)
+    base = "0.003" if kind == "tuning" else "ga"  # the preset's learning rate; the GA
+    reference = sorted(arms.get(base, []), key=key)
     for arm, members in sorted(arms.items()):
         members = sorted(members, key=key)
         values = [m["min_regret"] for m in members]
         lo, hi = stats.bootstrap_interval(values)
         line = f"{arm}: n = {len(values)}, median {np.median(values):.3f} ({lo:.3f}-{hi:.3f})"
-        if members is not reference and [key(m) for m in members] == [key(m) for m in reference]:
+        if arm != base and [key(m) for m in members] == [key(m) for m in reference]:
             diffs = [m["min_regret"] - r["min_regret"] for m, r in zip(members, reference)]
             p = stats.permutation_test(values, [r["min_regret"] for r in reference])
             shown = ", ".join(f"{d:+.3f}" for d in diffs)
