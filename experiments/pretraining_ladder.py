@@ -47,7 +47,6 @@ SHIPPED = ROOT / "llome_jax" / "priors" / "ehr32-32-4-4-4" / "pretrain.json"
 BUDGET = 20_000  # labels after round 0
 QUANTIZATION = 4  # f2 = Ehr(32,32)-4-4-4
 BATCH = 64  # pairs per pretraining step (the cpu preset's)
-ALPHA = 0.05
 CURVE_FIELDS = ["rung", "seed", "round", "labels", "labels_after_round0", "min_regret", "seconds"]
 RUNG_FIELDS = ["rung", "instances", "num_pairs", "steps", "pairs_seen", "pretrain_seconds", "loss"]
 
@@ -122,23 +121,13 @@ def finals(rows: list[dict], key: str) -> dict[str, dict[int, float]]:
 
 
 def verdict(prior: list[float], lambo: list[float]) -> tuple[str, str]:
-    """The rung's verdict against LaMBO-2 (module docstring) and its reason."""
-    from llome_jax import stats
-    from llome_jax.bench.verdicts.rules import one_level
+    """The rung's verdict against LaMBO-2 and its reason:
+    :func:`llome_jax.bench.verdicts.prior_reaches_lambo2`, the f2 report's own rule."""
+    from llome_jax.bench import verdicts as vd
 
-    a, b = float(np.median(prior)), float(np.median(lambo))
-    level = one_level(min(a, b), QUANTIZATION)
-    p_diff = stats.permutation_test(prior, lambo)
-    p_noninferior = stats.permutation_test(np.asarray(prior) - level, lambo, "less")
-    reason = (
-        f"median {a:.3f} vs LaMBO-2 {b:.3f} (one level {level:.3f}); non-inferiority p = "
-        f"{p_noninferior:.3g}, difference p = {p_diff:.3g}, n = {len(prior)} vs {len(lambo)}"
-    )
-    if a <= b + level and p_noninferior < ALPHA:
-        return "agree", reason
-    if b <= a - level and p_diff < ALPHA:
-        return "disagree", reason
-    return "inconclusive", reason
+    summary = {"LLOME-MargE-prior": {"values": prior}, "LaMBO-2": {"values": lambo}}
+    found = vd.prior_reaches_lambo2("f2", summary, QUANTIZATION)
+    return found.verdict, found.reason
 
 
 def report() -> int:

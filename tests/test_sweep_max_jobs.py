@@ -92,38 +92,14 @@ def test_max_jobs_keeps_that_many_jobs_in_the_queue(
             seen.append(_queued(env))
             stop.wait(0.2)
 
-    found: dict = {}
-
-    def sweep() -> None:
-        try:
-            found["result"] = run_sweep(
-                plan_from_dict(yaml.safe_load(PLAN)),
-                tmp_path / "out",
-                "slurm",
-                poll=0.5,
-                python=sys.executable,
-                cache="off",
-                report=False,
-                log=lambda line: None,
-            )
-        except BaseException as error:  # raised again in the test's thread
-            found["error"] = error
-
-    watcher, runner = threading.Thread(target=watch, daemon=True), threading.Thread(target=sweep)
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        watcher.start()
-        runner.start()
-        runner.join(timeout=TIMEOUT)
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        result, printed = _sweep(PLAN, tmp_path / "out", slurm_cluster)
+    finally:
         stop.set()
-    if runner.is_alive():
-        slurm_cluster.cancel_jobs()
-        pytest.fail(f"the sweep did not end in {TIMEOUT:.0f} s")
-    if "error" in found:
-        raise found["error"]
-    result = found["result"]
     assert sorted(result.done) == [f"f2/GA_seed{k}" for k in range(3)] and not result.missing
-    submitted = [line for line in printed.getvalue().splitlines() if line.startswith("submitted")]
+    submitted = [line for line in printed if line.startswith("submitted")]
     assert len(submitted) == 3 and all(" of 1 run(s): " in line for line in submitted), submitted
     assert max(seen) == 1, seen  # one job at a time, and the watcher saw it
 
