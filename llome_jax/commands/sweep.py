@@ -198,11 +198,8 @@ def run(args: argparse.Namespace) -> int:
         changed = driver.check_changes(plan, out, names, args.rerun_changed)
         engine = None
         if args.executor == "slurm":  # its time limits and cap (submitit not needed)
-            from llome_jax.sweep.engines import SubmititExecutor
-
-            options = _slurm_options(args)
-            options["slurm"] = {**dict(plan.slurm), **options["slurm"]}
-            engine = SubmititExecutor(out / "sweep" / "submitit", **options)
+            options = driver.with_plan_settings(plan, "slurm", _slurm_options(args))
+            engine = driver.make_executor("slurm", out, **options)
         print_plan(plan, out, names, args, changed, engine)
         if engine is not None:  # refused as the run would be: exit 2
             engine.check([n for n in names if n in changed or not driver.finished(out, n)], plan)

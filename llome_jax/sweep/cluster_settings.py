@@ -20,8 +20,8 @@ replaces every run's time limit. ``max_jobs`` keeps at most that many of the swe
 (array tasks count one each) queued or running at once, for clusters with a
 ``MaxSubmitJobs``-style limit; the rest are submitted as jobs end. ``pack`` K runs up to K
 runs of a group one after another in one job (its time limit theirs added), for many short
-runs. A plan's ``slurm:`` mapping
-holds the same keys (and ``max_minutes``); the command line's win over it.
+runs. A plan's ``slurm:`` mapping holds the same keys (and ``max_minutes``); the command
+line's win over it.
 
 ``--max-minutes N`` caps each run's time limit (its estimate times the margin, at least the
 floor) at ``N`` minutes, and refuses, before anything is written or submitted, a sweep with runs

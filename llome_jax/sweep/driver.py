@@ -29,7 +29,7 @@ from llome_jax.sweep import fingerprint
 from llome_jax.sweep.engines import RayExecutor, SubmititExecutor
 from llome_jax.sweep.jobs import JobBook, driver_lock
 from llome_jax.sweep.local import InlineExecutor, LocalExecutor, died
-from llome_jax.sweep.plans import DIFFICULTY, SweepPlan
+from llome_jax.sweep.plans import SweepPlan, finished
 from llome_jax.sweep.tasks import CACHE_MODES, Task, TaskResult, log_path
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "finished",
     "make_executor",
     "run_sweep",
+    "with_plan_settings",
 ]
 
 #: the executors :func:`make_executor` knows
@@ -90,13 +91,6 @@ def make_executor(name: str, out: str | os.PathLike, **options: Any) -> Any:
     raise ValueError(f"unknown executor {name!r}; choose from {', '.join(EXECUTORS)}")
 
 
-def finished(out: pathlib.Path, name: str) -> bool:
-    """Whether the run ``name`` under ``out`` is finished (``done.json``; the difficulty sweep:
-    its ``curves.csv``)."""
-    marker = "curves.csv" if name == DIFFICULTY else "done.json"
-    return (out / "runs" / name / marker).exists()
-
-
 def check_changes(
     plan: SweepPlan, out: str | os.PathLike, names: Sequence[str], rerun_changed: bool = False
 ) -> dict[str, str]:
@@ -120,6 +114,14 @@ def check_changes(
             "--rerun-changed runs them again from scratch (or restore the plan's settings)"
         )
     return changed
+
+
+def with_plan_settings(plan: SweepPlan, executor: str, options: Mapping[str, Any]) -> dict:
+    """``options`` for :func:`make_executor` with the plan's cluster settings
+    (:attr:`SweepPlan.slurm`, for the ``slurm`` executor) under the caller's ``slurm``."""
+    if executor != "slurm":
+        return dict(options)
+    return {**options, "slurm": {**dict(plan.slurm), **dict(options.get("slurm") or {})}}
 
 
 def run_sweep(
@@ -164,9 +166,10 @@ def run_sweep(
     out = pathlib.Path(out).resolve()
     names = plan.select(runs)
     changed = check_changes(plan, out, names, rerun_changed)
-    if executor == "slurm":  # the plan's cluster settings, under the caller's
-        options = {**options, "slurm": {**dict(plan.slurm), **dict(options.get("slurm") or {})}}
-    engine = make_executor(executor, out, **options) if isinstance(executor, str) else executor
+    if isinstance(executor, str):
+        engine = make_executor(executor, out, **with_plan_settings(plan, executor, options))
+    else:
+        engine = executor
     check = getattr(engine, "check", None)  # e.g. the slurm executor's time cap
     if check is not None:
         check([name for name in names if name in changed or not finished(out, name)], plan)
@@ -404,6 +407,7 @@ def _submit(
             if retry is not None:
                 task = retry(task, result, plan)
             task = dataclasses.replace(task, attempt=result.attempt + 1, requeues=0)
+            known[result.name] = task  # a second time-out doubles this attempt's limit
             total += 1
             log(
                 f"resubmitting {result.name} (retry {tries[result.name]} of {retries}, "

@@ -37,7 +37,7 @@ from llome_jax.sweep.cluster_settings import (
     slurm_options,
 )
 from llome_jax.sweep.local import as_queue, died
-from llome_jax.sweep.plans import Resources, SweepPlan
+from llome_jax.sweep.plans import Resources, SweepPlan, finished
 from llome_jax.sweep.requeue import SubmititTask
 from llome_jax.sweep.scontrol import (
     DEFAULT_MAX_ARRAY_SIZE,
@@ -316,13 +316,23 @@ class SubmititExecutor:
         """Submit the tasks of ``pending`` for the first ``room`` jobs (``None``: all of them;
         ``pack`` tasks a job), taken off it, as arrays (:meth:`arrays`): ``{job: task or
         pack}``."""
-        count = len(pending) if room is None else min(room * self.pack, len(pending))
-        tasks = [pending.popleft() for _ in range(count)]
+        taken = len(pending) if room is None else min(room * self.pack, len(pending))
+        tasks = [pending.popleft() for _ in range(taken)]
+        arrays = self.arrays(tasks, plan) if tasks else []
+        if room is not None:  # packs of several groups: at most ``room`` jobs, the rest back
+            kept, back = [], []
+            for params, chunk in arrays:
+                head = chunk[: max(0, room - sum(len(c) for _, c in kept))]
+                if head:
+                    kept.append((params, head))
+                for item in chunk[len(head) :]:
+                    back += item if isinstance(item, tuple) else [item]
+            arrays = kept
+            pending.extendleft(reversed(back))
         options = {"slurm_max_num_timeout": self.max_num_timeout}
         if self.python is not None:
             options["slurm_python"] = self.python
         submitted: dict[Any, Item] = {}
-        arrays = self.arrays(tasks, plan) if tasks else []
         for count, (params, chunk) in enumerate(arrays, start=1):
             executor = submitit.AutoExecutor(
                 folder=str(self.folder / "%j"), cluster="slurm", **options
@@ -415,7 +425,7 @@ class SubmititExecutor:
             return found
         results = []
         for task in item:
-            if (pathlib.Path(task.out) / "runs" / task.name / "done.json").exists():
+            if finished(task.out, task.name):
                 results.append(
                     TaskResult(task.name, task.attempt, "done", how="finished in its pack")
                 )

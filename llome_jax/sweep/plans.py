@@ -36,6 +36,7 @@ import difflib
 import fnmatch
 import functools
 import math
+import os
 import pathlib
 import re
 from collections.abc import Mapping, Sequence
@@ -66,6 +67,7 @@ __all__ = [
     "Resources",
     "SweepPlan",
     "default_resources",
+    "finished",
     "load_plan",
     "paper_plan",
     "plan_from_dict",
@@ -73,6 +75,14 @@ __all__ = [
 
 #: the GA difficulty sweep's name (figure 10's other half: not an optimizer run)
 DIFFICULTY = "ga_difficulty"
+
+
+def finished(out: str | os.PathLike, name: str) -> bool:
+    """Whether the run ``name`` under ``out`` is finished (``done.json``; the difficulty sweep:
+    its ``curves.csv``)."""
+    marker = "curves.csv" if name == DIFFICULTY else "done.json"
+    return (pathlib.Path(out) / "runs" / name / marker).exists()
+
 
 #: the keys a YAML plan may hold
 PLAN_KEYS = (
@@ -205,37 +215,37 @@ class SweepPlan:
         if spec is None:  # 12 settings, each one compilation (~12 s) + ~4 ms a generation/seed
             scale = self.scale
             return 12 * (12.0 + 0.004 * scale.difficulty_seeds * scale.difficulty_generations)
-        rounds = self.scale.rounds
-        costs = dict(self.costs)
-        if spec.method in costs:
-            first, per_round = costs[spec.method]
-            return first + rounds * per_round
-        length = function_length(spec.function)
-        table = dict(self.scale.seconds)
-        kind = "ga" if ":" in spec.kind else spec.kind
-        if (kind, length) in table:
-            return self.scale.cost(kind, length, rounds)
-        lengths = [n for (k, n) in table if k == kind]
-        if not lengths:
-            return 3600.0
-        near = min(lengths, key=lambda n: (abs(n - length), n))
-        first, per_round = table[(kind, near)]
-        return max(1.0, length / near) * (first + rounds * per_round)
+        first, per_round = self._cost(spec)
+        return first + self.scale.rounds * per_round
 
     def round_seconds(self, name: str) -> float:
         """A task's estimated seconds per round (the plan's ``costs`` or the scale's table, as
         :meth:`seconds`; for the difficulty sweep, its whole estimate): how early the
         scheduler must warn a job before its time limit for the round in progress to end."""
         spec = self.spec(name)
-        rounds = self.scale.rounds
-        if spec is None or rounds < 1:
+        if spec is None or self.scale.rounds < 1:
             return self.seconds(name)
+        return self._cost(spec)[1]
+
+    def _cost(self, spec: RunSpec) -> tuple[float, float]:
+        """``(round 0 seconds, seconds per round)`` of a run (:meth:`seconds`)."""
         costs = dict(self.costs)
         if spec.method in costs:
-            return float(costs[spec.method][1])
-        first = self.seconds(name)
-        zero = dataclasses.replace(self, scale=dataclasses.replace(self.scale, rounds=0))
-        return max(0.0, (first - zero.seconds(name)) / rounds)
+            first, per_round = costs[spec.method]
+            return float(first), float(per_round)
+        length = function_length(spec.function)
+        table = dict(self.scale.seconds)
+        kind = "ga" if ":" in spec.kind else spec.kind
+        if (kind, length) in table:
+            first, per_round = table[(kind, length)]
+            return float(first), float(per_round)
+        lengths = [n for (k, n) in table if k == kind]
+        if not lengths:
+            return 3600.0, 0.0
+        near = min(lengths, key=lambda n: (abs(n - length), n))
+        first, per_round = table[(kind, near)]
+        factor = max(1.0, length / near)
+        return factor * first, factor * per_round
 
     def time_limit_minutes(
         self, name: str, margin: float = 2.0, floor: int = 10, cap: int | None = None

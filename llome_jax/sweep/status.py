@@ -18,7 +18,7 @@ import shutil
 from collections.abc import Sequence
 
 from llome_jax.sweep.jobs import read_jobs
-from llome_jax.sweep.plans import SweepPlan
+from llome_jax.sweep.plans import SweepPlan, finished
 from llome_jax.sweep.requeue import read_requeues
 from llome_jax.sweep.scontrol import job_states
 
@@ -102,8 +102,7 @@ def sweep_status(
             "rounds": _last_round(path),
             "requeues": requeues.get(name, 0),
         }
-        marker = "curves.csv" if plan.spec(name) is None else "done.json"
-        if (path / marker).exists():
+        if finished(out, name):
             found.append(RunStatus(state="finished", detail="", **common))
             continue
         if name in waiting:

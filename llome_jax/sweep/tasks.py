@@ -191,19 +191,15 @@ def logged_process(text: str) -> tuple[str, int]:
 
 def run_task(task: Task) -> TaskResult:
     """Run ``task`` in this process (a worker's whole job; module docstring); never raises."""
-    started, start_time = time.perf_counter(), now()
+    started = time.perf_counter()
+    common = {"name": task.name, "attempt": task.attempt, "host": socket.gethostname()}
+    common.update(pid=os.getpid(), started=now())
     if not os.path.isdir(task.out):  # a node that does not see the driver's OUT (Ray, SLURM)
-        return TaskResult(
-            status="failed",
-            error=f"{task.out} does not exist on {socket.gethostname()}: a sweep's OUT must be "
-            "on storage every node sees (NFS, Lustre, ...)",
-            name=task.name,
-            attempt=task.attempt,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            started=start_time,
-            ended=now(),
+        error = (
+            f"{task.out} does not exist on {common['host']}: a sweep's OUT must be on storage "
+            "every node sees (NFS, Lustre, ...)"
         )
+        return TaskResult(status="failed", error=error, ended=now(), **common)
     for key, value in task.env:
         os.environ[key] = value
     if task.cores:
@@ -211,8 +207,6 @@ def run_task(task: Task) -> TaskResult:
             os.sched_setaffinity(0, set(task.cores))
     if task.log_to_file:
         _redirect_output(log_path(task.out, task.name, task.attempt))
-    common = {"name": task.name, "attempt": task.attempt, "host": socket.gethostname()}
-    common.update(pid=os.getpid(), started=start_time)
     try:
         how = _run(task)
     except BaseException as error:  # everything comes back as a result
