@@ -24,8 +24,9 @@ Two more readings of the same runs (issue 66):
 * **Wall-clock** (``axis="wall_clock"``): each run's cumulative ``seconds`` of its
   ``rounds.jsonl`` records (the round driver times every round, round 0 included); read at
   ``T`` seconds, a run gives its metric at the last round that ended by ``T``. Seconds depend
-  on the machine and its load: the command names each run's device
-  (``config.json``'s provenance) and the load is for the reader to state.
+  on the machine and its load: the command names each run's device, CPU, cores and the load
+  average when it started (``config.json``'s provenance); the load during the run is not
+  recorded, so the reader states it.
 
 ``llome-jax compare`` is the command line around it (a plot, ``curves.csv``, ``summary.csv``;
 ``--metric cumulative-regret``, ``--x wall-clock``).
@@ -232,13 +233,23 @@ def _clock(records: Sequence[dict[str, Any]]) -> tuple[np.ndarray | None, np.nda
 
 def _machine(config: dict[str, Any]) -> str:
     """``"<device kind> x<devices>"`` of the run's last session (``config.json``'s
-    ``provenance``), ``""`` when not recorded."""
+    ``provenance``), then, where that session recorded them, the CPU model, the cores it could
+    use and the host's load average when it started: ``"cpu x1 (AMD EPYC, 1 core, load 2.03)"``;
+    ``""`` when not recorded."""
     sessions = config.get("provenance") or []
     if not sessions or not isinstance(sessions[-1], dict):
         return ""
     last = sessions[-1]
     kind = last.get("device_kind") or last.get("backend") or ""
-    return f"{kind} x{last['devices']}" if kind and last.get("devices") else str(kind)
+    device = f"{kind} x{last['devices']}" if kind and last.get("devices") else str(kind)
+    details = []
+    if last.get("cpu"):
+        details.append(str(last["cpu"]))
+    if last.get("cores"):
+        details.append(f"{last['cores']} core" + ("s" if last["cores"] != 1 else ""))
+    if last.get("load") is not None:
+        details.append(f"load {float(last['load']):.2f}")
+    return f"{device} ({', '.join(details)})" if device and details else device
 
 
 def curve_at(

@@ -150,3 +150,20 @@ def test_cli_refuses_what_it_cannot_read(runs, tmp_path, capsys):
     )
     assert main(["compare", str(unknown), "--metric", "cumulative-regret"]) == 2
     assert "needs the min regret" in capsys.readouterr().err
+
+
+def test_the_machine_names_the_cpu_its_cores_and_the_load_of_the_last_session(tmp_path):
+    path = _run_dir(tmp_path, "c", A)
+    config = json.loads((path / "config.json").read_text())
+    session = {"device_kind": "cpu", "devices": 1, "backend": "cpu"}
+    config["provenance"] = [
+        {**session, "cpu": "Old CPU", "cores": 2, "load": 0.5},
+        {**session, "cpu": "AMD EPYC 7B13", "cores": 1, "load": 2.0},
+    ]
+    (path / "config.json").write_text(json.dumps(config))
+    (run,) = compare.load_runs([str(path)])
+    assert run.machine == "cpu x1 (AMD EPYC 7B13, 1 core, load 2.00)"
+    config["provenance"].append({**session, "cores": 16, "load": None})
+    (path / "config.json").write_text(json.dumps(config))
+    (run,) = compare.load_runs([str(path)])
+    assert run.machine == "cpu x1 (16 cores)"

@@ -137,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
         machines = sorted({r.machine or "unrecorded" for r in runs})
         print(
             "wall clock: each run's rounds.jsonl seconds summed, read at the last round that "
-            f"ended by the budget; device(s): {', '.join(machines)} (the load is not recorded)"
+            f"ended by the budget; device(s): {'; '.join(machines)} (load: the 1-minute load "
+            "average when each run started; the load during a run is not recorded)"
         )
     if args.budget is None:
         stopped = sum(bool(run.stop_reason) for run in runs)
