@@ -1,0 +1,203 @@
+"""f2's runs read by wall clock (issue 66): the seconds each method takes to pay its labels, and
+the min regret each has reached after equal seconds.
+
+Reads finished run directories of ``llome-jax paper --functions f2`` (one per method and seed;
+their ``rounds.jsonl`` time every round, round 0 included) through :mod:`llome_jax.compare`,
+and writes to ``--out``:
+
+* ``runs.csv``: per run its method, seed, round-0 seconds, the seconds to pay ``--budget``
+  labels after round 0 (round 0 included: what a user waits), labels per second after round 0,
+  its min regret at the budget and the machine its provenance names;
+* ``summary.csv``: per method and time ``T`` (seconds since the run started), the median min
+  regret of its runs after ``T`` with the 95 % bootstrap interval, min and max, the labels read
+  and how many had already ended (a run that paid its budget before ``T`` keeps its final
+  value: the label budget is the constraint, the clock a second reading);
+* ``wall_clock.png``: min regret against seconds, one thin line a run, the median a method.
+
+    python experiments/f2_wall_clock.py --runs 'runs/f2/runs/f2/*' --out docs/wall_clock/f2 \\
+        --load "two runs at once, one pinned to each of 2 cores"
+
+Only finished runs are read (``done.json``); a run still going is listed and left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import math
+import pathlib
+import re
+import sys
+import warnings
+
+import numpy as np
+
+from llome_jax import compare
+from llome_jax.stats import bootstrap_interval
+
+
+def _seed(path: pathlib.Path) -> int:
+    found = re.search(r"seed(\d+)$", path.name)
+    return int(found.group(1)) if found else -1
+
+
+def _seconds_to(run: compare.Run, budget: int) -> float:
+    """Seconds (round 0 included) at the end of the first round with ``budget`` labels paid
+    after round 0; NaN when none has."""
+    assert run.clock is not None and run.clock_labels is not None
+    paid = run.clock_labels - run.clock_labels[0]
+    reached = np.flatnonzero(paid >= budget)
+    return float(run.clock[reached[0]]) if reached.size else math.nan
+
+
+def read(pattern: str, budget: int) -> tuple[list[compare.Run], list[str]]:
+    paths = sorted(pathlib.Path(p) for p in glob.glob(pattern))
+    done = [p for p in paths if (p / "done.json").exists()]
+    going = [str(p) for p in paths if p not in done]
+    return (compare.load_runs([str(p) for p in done]) if done else []), going
+
+
+def run_rows(runs: list[compare.Run], budget: int) -> list[dict]:
+    rows = []
+    for run in runs:
+        assert run.clock is not None
+        seconds = _seconds_to(run, budget)
+        shifted = compare.after_round0(run)
+        rows.append(
+            {
+                "method": run.label,
+                "seed": _seed(run.path),
+                "round0_seconds": round(float(run.clock[0]), 1),
+                "seconds_to_budget": round(seconds, 1),
+                "labels_per_second": round(budget / (seconds - float(run.clock[0])), 1),
+                "min_regret_at_budget": compare.value_at(shifted, budget),
+                "machine": run.machine,
+            }
+        )
+    return rows
+
+
+def time_rows(runs: list[compare.Run], times: list[float]) -> list[dict]:
+    rows = []
+    for t in times:
+        for row in compare.summarise(runs, t, axis="wall_clock"):
+            group = [run for run in runs if run.label == row.label]
+            rows.append(
+                {
+                    "seconds": t,
+                    "method": row.label,
+                    "runs": len(row.per_run),
+                    "median_min_regret": row.median,
+                    "ci95_low": row.ci_low,
+                    "ci95_high": row.ci_high,
+                    "min": row.low,
+                    "max": row.high,
+                    "labels_read": " ".join(
+                        str(compare.labels_read(r, t, "wall_clock")) for r in group
+                    ),
+                    "ended_by_then": sum(float(r.clock[-1]) <= t for r in group),  # type: ignore[index]
+                }
+            )
+    return rows
+
+
+def plot(runs: list[compare.Run], path: pathlib.Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    labels = list(dict.fromkeys(run.label for run in runs))
+    end = max(float(run.clock[-1]) for run in runs)  # type: ignore[index]
+    grid = np.geomspace(1.0, end, 400)
+    for colour, label in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], labels):
+        group = [run for run in runs if run.label == label]
+        for run in group:
+            x, y = compare.wall_clock_curve(run)
+            ax.step(x, y, where="post", color=colour, alpha=0.25, linewidth=0.8)
+        values = np.asarray(
+            [[compare.value_at(run, t, axis="wall_clock") for t in grid] for run in group]
+        )
+        with warnings.catch_warnings():  # all NaN before the runs' round 0 ended
+            warnings.simplefilter("ignore", RuntimeWarning)
+            median = np.nanmedian(values, axis=0)
+        ax.step(
+            grid, median, where="post", color=colour, linewidth=2, label=f"{label} ({len(group)})"
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel("seconds since the run started (round 0 included)")
+    ax.set_ylabel("min regret")
+    ax.set_title(title)
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _write(path: pathlib.Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as stream:
+        writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", required=True, help="a glob of run directories, in quotes")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--budget", type=int, default=20000, help="labels after round 0")
+    parser.add_argument(
+        "--times",
+        default="10,100,600,1200,2400",
+        help="seconds since the runs started to read them at, comma-separated",
+    )
+    parser.add_argument("--load", default="", help="what else ran on the machine (the title)")
+    args = parser.parse_args(argv)
+    runs, going = read(args.runs, args.budget)
+    if not runs:
+        print(f"error: no finished run directory matches {args.runs!r}", file=sys.stderr)
+        return 2
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    per_run = run_rows(runs, args.budget)
+    _write(out / "runs.csv", per_run)
+    times = [float(t) for t in args.times.split(",")]
+    _write(out / "summary.csv", time_rows(runs, times))
+    plot(runs, out / "wall_clock.png", "f2 by wall clock" + (f": {args.load}" if args.load else ""))
+
+    print(f"{len(runs)} finished runs; still going, left out: {', '.join(going) or 'none'}")
+    print(f"machines: {'; '.join(sorted({r['machine'] for r in per_run}))}")
+    print(
+        f"\n| method | runs | seconds to {args.budget:,} labels after round 0 (95% CI) | min-max "
+        "| round 0 (s) | labels/s after round 0 | median min regret at the budget |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for label in dict.fromkeys(r["method"] for r in per_run):
+        group = [r for r in per_run if r["method"] == label]
+        seconds = np.asarray([r["seconds_to_budget"] for r in group])
+        low, high = bootstrap_interval(seconds)
+        print(
+            f"| {label} | {len(group)} | {np.median(seconds):,.0f} ({low:,.0f}-{high:,.0f}) "
+            f"| {seconds.min():,.0f}-{seconds.max():,.0f} "
+            f"| {np.median([r['round0_seconds'] for r in group]):,.1f} "
+            f"| {np.median([r['labels_per_second'] for r in group]):,.1f} "
+            f"| {np.median([r['min_regret_at_budget'] for r in group]):.3f} |"
+        )
+    print("\n| seconds | " + " | ".join(dict.fromkeys(r.label for r in runs)) + " |")
+    print("|---:|" + "---:|" * len(dict.fromkeys(r.label for r in runs)))
+    table = time_rows(runs, times)
+    for t in times:
+        cells = [
+            f"{r['median_min_regret']:.3f} ({r['min']:.3f}-{r['max']:.3f})"
+            for r in table
+            if r["seconds"] == t
+        ]
+        print(f"| {t:,.0f} | " + " | ".join(cells) + " |")
+    print(f"\nwrote {out}/runs.csv, summary.csv, wall_clock.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

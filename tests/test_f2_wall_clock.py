@@ -1,0 +1,109 @@
+"""``experiments/f2_wall_clock.py`` on hand-made run directories (every number derived by hand).
+
+Round 0 pays 100 labels; the budget is 200 labels after it:
+
+    Fast seed 0: labels 100 / 200 / 300, min regret 0.9 / 0.6 / 0.5, round seconds 10 / 5 / 5
+    Fast seed 1: labels 100 / 300,       min regret 0.9 / 0.4,       round seconds 10 / 30
+    Slow seed 0: labels 100 / 150 / 300, min regret 0.9 / 0.7 / 0.3, round seconds 2 / 2 / 20
+    Slow seed 1: still going (no done.json): listed and left out
+
+Seconds to the budget (round 0 included): 20, 40 and 24; labels per second after round 0:
+200 / 10 = 20, 200 / 30 = 6.7 and 200 / 22 = 9.1. At 20 s Fast seed 0 has ended (0.5), Fast
+seed 1 has only its round 0 (0.9): median 0.7, one ended; Slow has ended its round 1 (0.7).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "experiments"))
+
+import f2_wall_clock
+
+RUNS = {
+    "Fast_seed0": [(100, 0.9, 10.0), (200, 0.6, 5.0), (300, 0.5, 5.0)],
+    "Fast_seed1": [(100, 0.9, 10.0), (300, 0.4, 30.0)],
+    "Slow_seed0": [(100, 0.9, 2.0), (150, 0.7, 2.0), (300, 0.3, 20.0)],
+    "Slow_seed1": [(100, 0.9, 2.0)],
+}
+
+
+@pytest.fixture
+def root(tmp_path: pathlib.Path) -> pathlib.Path:
+    for name, rounds in RUNS.items():
+        path = tmp_path / "f2" / name
+        path.mkdir(parents=True)
+        config = {
+            "function": "f2",
+            "instance_seed": None,
+            "optimizer": "ga",
+            "method": name.split("_")[0],
+            "accounting": "once_per_sequence",
+            "provenance": [{"device_kind": "cpu", "devices": 1, "backend": "cpu"}],
+        }
+        (path / "config.json").write_text(json.dumps(config))
+        lines = [
+            json.dumps({"round": i, "num_evaluations": n, "min_regret": r, "seconds": s})
+            for i, (n, r, s) in enumerate(rounds)
+        ]
+        (path / "rounds.jsonl").write_text("\n".join(lines) + "\n")
+        if name != "Slow_seed1":
+            (path / "done.json").write_text("{}")
+    return tmp_path
+
+
+def _csv(path: pathlib.Path) -> list[dict]:
+    with open(path) as stream:
+        return list(csv.DictReader(stream))
+
+
+def test_runs_csv_summary_csv_and_tables(root, capsys):
+    out = root / "out"
+    code = f2_wall_clock.main(
+        ["--runs", str(root / "f2" / "*"), "--out", str(out), "--budget", "200", "--times", "20"]
+    )
+    assert code == 0
+    rows = _csv(out / "runs.csv")
+    got = [
+        (
+            r["method"],
+            r["seed"],
+            r["round0_seconds"],
+            r["seconds_to_budget"],
+            r["labels_per_second"],
+        )
+        for r in rows
+    ]
+    assert got == [
+        ("Fast", "0", "10.0", "20.0", "20.0"),
+        ("Fast", "1", "10.0", "40.0", "6.7"),
+        ("Slow", "0", "2.0", "24.0", "9.1"),
+    ]
+    assert [float(r["min_regret_at_budget"]) for r in rows] == [0.5, 0.4, 0.3]
+    summary = _csv(out / "summary.csv")
+    assert [
+        (
+            r["method"],
+            r["runs"],
+            float(r["median_min_regret"]),
+            r["labels_read"],
+            r["ended_by_then"],
+        )
+        for r in summary
+    ] == [("Fast", "2", pytest.approx(0.7), "300 100", "1"), ("Slow", "1", 0.7, "150", "0")]
+    assert (out / "wall_clock.png").stat().st_size > 0
+    printed = capsys.readouterr().out
+    assert "still going, left out: " + str(root / "f2" / "Slow_seed1") in printed
+    assert "| Fast | 2 | 30 (" in printed  # the median of 20 and 40 seconds
+
+
+def test_no_finished_run_is_a_one_line_error(root, capsys):
+    code = f2_wall_clock.main(["--runs", str(root / "f2" / "Slow_seed1"), "--out", str(root / "o")])
+    assert code == 2
+    assert not (root / "o").exists()
+    assert "no finished run directory" in capsys.readouterr().err
