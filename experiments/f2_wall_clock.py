@@ -12,6 +12,8 @@ and writes to ``--out``:
   regret of its runs after ``T`` with the 95 % bootstrap interval, min and max, the labels read
   and how many had already ended (a run that paid its budget before ``T`` keeps its final
   value: the label budget is the constraint, the clock a second reading);
+* ``curves.csv``: per run and round its labels, the seconds since the run started at the round's
+  end and the min regret then (the data of the plot);
 * ``wall_clock.png``: min regret against seconds, one thin line a run, the median a method.
 
     python experiments/f2_wall_clock.py --runs 'runs/f2/runs/f2/*' --out docs/wall_clock/f2 \\
@@ -75,6 +77,24 @@ def run_rows(runs: list[compare.Run], budget: int) -> list[dict]:
                 "machine": run.machine,
             }
         )
+    return rows
+
+
+def curve_rows(runs: list[compare.Run]) -> list[dict]:
+    rows = []
+    for run in runs:
+        seconds, regret = compare.wall_clock_curve(run)
+        for k, (t, value) in enumerate(zip(seconds, regret)):
+            rows.append(
+                {
+                    "method": run.label,
+                    "seed": _seed(run.path),
+                    "round": k,
+                    "labels": int(run.clock_labels[k]),  # type: ignore[index]
+                    "seconds": round(float(t), 2),
+                    "min_regret": float(value),
+                }
+            )
     return rows
 
 
@@ -163,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     per_run = run_rows(runs, args.budget)
     _write(out / "runs.csv", per_run)
+    _write(out / "curves.csv", curve_rows(runs))
     times = [float(t) for t in args.times.split(",")]
     _write(out / "summary.csv", time_rows(runs, times))
     plot(runs, out / "wall_clock.png", "f2 by wall clock" + (f": {args.load}" if args.load else ""))
@@ -195,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             if r["seconds"] == t
         ]
         print(f"| {t:,.0f} | " + " | ".join(cells) + " |")
-    print(f"\nwrote {out}/runs.csv, summary.csv, wall_clock.png")
+    print(f"\nwrote {out}/runs.csv, curves.csv, summary.csv, wall_clock.png")
     return 0
 
 

@@ -96,6 +96,16 @@ def test_runs_csv_summary_csv_and_tables(root, capsys):
         )
         for r in summary
     ] == [("Fast", "2", pytest.approx(0.7), "300 100", "1"), ("Slow", "1", 0.7, "150", "0")]
+    curves = [
+        (r["method"], r["round"], r["labels"], r["seconds"]) for r in _csv(out / "curves.csv")
+    ]
+    assert curves[:4] == [
+        ("Fast", "0", "100", "10.0"),
+        ("Fast", "1", "200", "15.0"),
+        ("Fast", "2", "300", "20.0"),
+        ("Fast", "0", "100", "10.0"),
+    ]
+    assert [float(r["min_regret"]) for r in _csv(out / "curves.csv")][-3:] == [0.9, 0.7, 0.3]
     assert (out / "wall_clock.png").stat().st_size > 0
     printed = capsys.readouterr().out
     assert "still going, left out: " + str(root / "f2" / "Slow_seed1") in printed
