@@ -6,8 +6,9 @@ their ``rounds.jsonl`` time every round, round 0 included) through :mod:`llome_j
 and writes to ``--out``:
 
 * ``runs.csv``: per run its method, seed, round-0 seconds, the seconds to pay ``--budget``
-  labels after round 0 (round 0 included: what a user waits), labels per second after round 0,
-  its min regret at the budget and the machine its provenance names;
+  labels after round 0 (round 0 included: what a user waits; a run that stopped early, the
+  seconds to its end, with the labels it paid and its stop reason), labels per second after
+  round 0, its min regret at the budget and the machine its provenance names;
 * ``summary.csv``: per method and time ``T`` (seconds since the run started), the median min
   regret of its runs after ``T`` with the 95 % bootstrap interval, min and max, the labels read
   and how many had already ended (a run that paid its budget before ``T`` keeps its final
@@ -44,13 +45,15 @@ def _seed(path: pathlib.Path) -> int:
     return int(found.group(1)) if found else -1
 
 
-def _seconds_to(run: compare.Run, budget: int) -> float:
+def _seconds_to(run: compare.Run, budget: int) -> tuple[float, int]:
     """Seconds (round 0 included) at the end of the first round with ``budget`` labels paid
-    after round 0; NaN when none has."""
+    after round 0, and the labels paid by then; a run that stopped before the budget gives its
+    last round's seconds and labels."""
     assert run.clock is not None and run.clock_labels is not None
     paid = run.clock_labels - run.clock_labels[0]
     reached = np.flatnonzero(paid >= budget)
-    return float(run.clock[reached[0]]) if reached.size else math.nan
+    k = int(reached[0]) if reached.size else len(paid) - 1
+    return float(run.clock[k]), int(paid[k])
 
 
 def read(pattern: str, budget: int) -> tuple[list[compare.Run], list[str]]:
@@ -64,7 +67,7 @@ def run_rows(runs: list[compare.Run], budget: int) -> list[dict]:
     rows = []
     for run in runs:
         assert run.clock is not None
-        seconds = _seconds_to(run, budget)
+        seconds, paid = _seconds_to(run, budget)
         shifted = compare.after_round0(run)
         rows.append(
             {
@@ -72,8 +75,10 @@ def run_rows(runs: list[compare.Run], budget: int) -> list[dict]:
                 "seed": _seed(run.path),
                 "round0_seconds": round(float(run.clock[0]), 1),
                 "seconds_to_budget": round(seconds, 1),
-                "labels_per_second": round(budget / (seconds - float(run.clock[0])), 1),
+                "labels_paid": paid,
+                "labels_per_second": round(paid / (seconds - float(run.clock[0])), 1),
                 "min_regret_at_budget": compare.value_at(shifted, budget),
+                "stop_reason": run.stop_reason,
                 "machine": run.machine,
             }
         )
@@ -130,10 +135,12 @@ def plot(runs: list[compare.Run], path: pathlib.Path, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     labels = list(dict.fromkeys(run.label for run in runs))
-    end = max(float(run.clock[-1]) for run in runs)  # type: ignore[index]
-    grid = np.geomspace(1.0, end, 400)
     for colour, label in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], labels):
         group = [run for run in runs if run.label == label]
+        clocks = [
+            run.clock for run in group
+        ]  # the median from the last round 0 end to the last run end
+        grid = np.geomspace(max(c[0] for c in clocks), max(c[-1] for c in clocks), 400)  # type: ignore[index]
         for run in group:
             x, y = compare.wall_clock_curve(run)
             ax.step(x, y, where="post", color=colour, alpha=0.25, linewidth=0.8)
@@ -170,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=20000, help="labels after round 0")
     parser.add_argument(
         "--times",
-        default="10,100,600,1200,2400",
+        default="10,100,600,1200,2400,3600",
         help="seconds since the runs started to read them at, comma-separated",
     )
     parser.add_argument("--load", default="", help="what else ran on the machine (the title)")
@@ -189,12 +196,16 @@ def main(argv: list[str] | None = None) -> int:
     plot(runs, out / "wall_clock.png", "f2 by wall clock" + (f": {args.load}" if args.load else ""))
 
     print(f"{len(runs)} finished runs; still going, left out: {', '.join(going) or 'none'}")
-    print(f"machines: {'; '.join(sorted({r['machine'] for r in per_run}))}")
+    machines = sorted({re.sub(r", load [0-9.]+", "", r["machine"]) for r in per_run})
+    loads = [float(m) for r in per_run for m in re.findall(r"load ([0-9.]+)", r["machine"])]
+    load = f"; 1-minute load at the start {min(loads):.2f}-{max(loads):.2f}" if loads else ""
+    print(f"machines: {'; '.join(machines)}{load}")
     print(
-        f"\n| method | runs | seconds to {args.budget:,} labels after round 0 (95% CI) | min-max "
-        "| round 0 (s) | labels/s after round 0 | median min regret at the budget |"
+        f"\n| method | runs | seconds to {args.budget:,} labels after round 0 or an early stop "
+        "(95% CI) | min-max "
+        "| stopped early | round 0 (s) | labels/s after round 0 | median min regret at the budget |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for label in dict.fromkeys(r["method"] for r in per_run):
         group = [r for r in per_run if r["method"] == label]
         seconds = np.asarray([r["seconds_to_budget"] for r in group])
@@ -202,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| {label} | {len(group)} | {np.median(seconds):,.0f} ({low:,.0f}-{high:,.0f}) "
             f"| {seconds.min():,.0f}-{seconds.max():,.0f} "
+            f"| {sum(bool(r['stop_reason']) for r in group)} "
             f"| {np.median([r['round0_seconds'] for r in group]):,.1f} "
             f"| {np.median([r['labels_per_second'] for r in group]):,.1f} "
             f"| {np.median([r['min_regret_at_budget'] for r in group]):.3f} |"
@@ -212,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     for t in times:
         cells = [
             f"{r['median_min_regret']:.3f} ({r['min']:.3f}-{r['max']:.3f})"
+            if math.isfinite(r["median_min_regret"])
+            else "round 0 not over"
             for r in table
             if r["seconds"] == t
         ]

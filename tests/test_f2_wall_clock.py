@@ -6,10 +6,12 @@ Round 0 pays 100 labels; the budget is 200 labels after it:
     Fast seed 1: labels 100 / 300,       min regret 0.9 / 0.4,       round seconds 10 / 30
     Slow seed 0: labels 100 / 150 / 300, min regret 0.9 / 0.7 / 0.3, round seconds 2 / 2 / 20
     Slow seed 1: still going (no done.json): listed and left out
+    Slow seed 2: labels 100 / 250, min regret 0.9 / 0.8, round seconds 2 / 6, then stopped early
 
-Seconds to the budget (round 0 included): 20, 40 and 24; labels per second after round 0:
-200 / 10 = 20, 200 / 30 = 6.7 and 200 / 22 = 9.1. At 20 s Fast seed 0 has ended (0.5), Fast
-seed 1 has only its round 0 (0.9): median 0.7, one ended; Slow has ended its round 1 (0.7).
+Seconds to the budget (round 0 included): 20, 40 and 24, and Slow seed 2's 8 to its stop after
+150 labels; labels per second after round 0: 200 / 10 = 20, 200 / 30 = 6.7, 200 / 22 = 9.1 and
+150 / 6 = 25. At 20 s Fast seed 0 has ended (0.5), Fast seed 1 has only its round 0 (0.9):
+median 0.7, one ended; Slow seed 0 has ended its round 1 (0.7), seed 2 its run (0.8): 0.75.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ RUNS = {
     "Fast_seed1": [(100, 0.9, 10.0), (300, 0.4, 30.0)],
     "Slow_seed0": [(100, 0.9, 2.0), (150, 0.7, 2.0), (300, 0.3, 20.0)],
     "Slow_seed1": [(100, 0.9, 2.0)],
+    "Slow_seed2": [(100, 0.9, 2.0), (250, 0.8, 6.0)],
 }
 
 
@@ -47,10 +50,13 @@ def root(tmp_path: pathlib.Path) -> pathlib.Path:
             "provenance": [{"device_kind": "cpu", "devices": 1, "backend": "cpu"}],
         }
         (path / "config.json").write_text(json.dumps(config))
-        lines = [
-            json.dumps({"round": i, "num_evaluations": n, "min_regret": r, "seconds": s})
+        records = [
+            {"round": i, "num_evaluations": n, "min_regret": r, "seconds": s}
             for i, (n, r, s) in enumerate(rounds)
         ]
+        if name == "Slow_seed2":
+            records[-1]["stop_reason"] = "no training pairs"
+        lines = [json.dumps(record) for record in records]
         (path / "rounds.jsonl").write_text("\n".join(lines) + "\n")
         if name != "Slow_seed1":
             (path / "done.json").write_text("{}")
@@ -83,8 +89,13 @@ def test_runs_csv_summary_csv_and_tables(root, capsys):
         ("Fast", "0", "10.0", "20.0", "20.0"),
         ("Fast", "1", "10.0", "40.0", "6.7"),
         ("Slow", "0", "2.0", "24.0", "9.1"),
+        ("Slow", "2", "2.0", "8.0", "25.0"),
     ]
-    assert [float(r["min_regret_at_budget"]) for r in rows] == [0.5, 0.4, 0.3]
+    assert [float(r["min_regret_at_budget"]) for r in rows] == [0.5, 0.4, 0.3, 0.8]
+    assert [(r["labels_paid"], r["stop_reason"]) for r in rows][2:] == [
+        ("200", ""),
+        ("150", "no training pairs"),
+    ]
     summary = _csv(out / "summary.csv")
     assert [
         (
@@ -95,7 +106,10 @@ def test_runs_csv_summary_csv_and_tables(root, capsys):
             r["ended_by_then"],
         )
         for r in summary
-    ] == [("Fast", "2", pytest.approx(0.7), "300 100", "1"), ("Slow", "1", 0.7, "150", "0")]
+    ] == [
+        ("Fast", "2", pytest.approx(0.7), "300 100", "1"),
+        ("Slow", "2", pytest.approx(0.75), "150 250", "1"),
+    ]
     curves = [
         (r["method"], r["round"], r["labels"], r["seconds"]) for r in _csv(out / "curves.csv")
     ]
@@ -105,11 +119,19 @@ def test_runs_csv_summary_csv_and_tables(root, capsys):
         ("Fast", "2", "300", "20.0"),
         ("Fast", "0", "100", "10.0"),
     ]
-    assert [float(r["min_regret"]) for r in _csv(out / "curves.csv")][-3:] == [0.9, 0.7, 0.3]
+    assert [float(r["min_regret"]) for r in _csv(out / "curves.csv")][-5:] == [
+        0.9,
+        0.7,
+        0.3,
+        0.9,
+        0.8,
+    ]
     assert (out / "wall_clock.png").stat().st_size > 0
     printed = capsys.readouterr().out
     assert "still going, left out: " + str(root / "f2" / "Slow_seed1") in printed
     assert "| Fast | 2 | 30 (" in printed  # the median of 20 and 40 seconds
+    assert "| Slow | 2 | 16 (8-24) | 8-24 | 1 |" in printed  # 24 and 8 s, one stopped early
+    assert "machines: cpu x1\n" in printed
 
 
 def test_no_finished_run_is_a_one_line_error(root, capsys):
