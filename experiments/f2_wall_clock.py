@@ -163,6 +163,11 @@ def plot(runs: list[compare.Run], path: pathlib.Path, title: str) -> None:
     plt.close(fig)
 
 
+def _s(seconds: float) -> str:
+    """Seconds for a table: one decimal under 100 s, whole seconds above."""
+    return f"{seconds:,.1f}" if seconds < 100 else f"{seconds:,.0f}"
+
+
 def _write(path: pathlib.Path, rows: list[dict]) -> None:
     with open(path, "w", newline="") as stream:
         writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
@@ -211,8 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         seconds = np.asarray([r["seconds_to_budget"] for r in group])
         low, high = bootstrap_interval(seconds)
         print(
-            f"| {label} | {len(group)} | {np.median(seconds):,.0f} ({low:,.0f}-{high:,.0f}) "
-            f"| {seconds.min():,.0f}-{seconds.max():,.0f} "
+            f"| {label} | {len(group)} | {_s(np.median(seconds))} ({_s(low)}-{_s(high)}) "
+            f"| {_s(seconds.min())}-{_s(seconds.max())} "
             f"| {sum(bool(r['stop_reason']) for r in group)} "
             f"| {np.median([r['round0_seconds'] for r in group]):,.1f} "
             f"| {np.median([r['labels_per_second'] for r in group]):,.1f} "

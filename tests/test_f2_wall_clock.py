@@ -129,8 +129,10 @@ def test_runs_csv_summary_csv_and_tables(root, capsys):
     assert (out / "wall_clock.png").stat().st_size > 0
     printed = capsys.readouterr().out
     assert "still going, left out: " + str(root / "f2" / "Slow_seed1") in printed
-    assert "| Fast | 2 | 30 (" in printed  # the median of 20 and 40 seconds
-    assert "| Slow | 2 | 16 (8-24) | 8-24 | 1 |" in printed  # 24 and 8 s, one stopped early
+    assert "| Fast | 2 | 30.0 (" in printed  # the median of 20 and 40 seconds
+    assert (
+        "| Slow | 2 | 16.0 (8.0-24.0) | 8.0-24.0 | 1 |" in printed
+    )  # 24 and 8 s, one stopped early
     assert "machines: cpu x1\n" in printed
 
 
