@@ -12,7 +12,8 @@ and writes to ``--out``:
 * ``summary.csv``: per method and time ``T`` (seconds since the run started), the median min
   regret of its runs after ``T`` with the 95 % bootstrap interval, min and max, the labels read
   and how many had already ended (a run that paid its budget before ``T`` keeps its final
-  value: the label budget is the constraint, the clock a second reading);
+  value: the label budget is the constraint, the clock a second reading), and the p of the
+  exact two-sided permutation test of its runs' values against ``--reference``'s (the GA);
 * ``curves.csv``: per run and round its labels, the seconds since the run started at the round's
   end and the min regret then (the data of the plot);
 * ``wall_clock.png``: min regret against seconds, one thin line a run, the median a method.
@@ -37,7 +38,7 @@ import warnings
 import numpy as np
 
 from llome_jax import compare
-from llome_jax.stats import bootstrap_interval
+from llome_jax.stats import bootstrap_interval, permutation_test
 
 
 def _seed(path: pathlib.Path) -> int:
@@ -103,10 +104,12 @@ def curve_rows(runs: list[compare.Run]) -> list[dict]:
     return rows
 
 
-def time_rows(runs: list[compare.Run], times: list[float]) -> list[dict]:
+def time_rows(runs: list[compare.Run], times: list[float], reference: str = "GA") -> list[dict]:
     rows = []
     for t in times:
-        for row in compare.summarise(runs, t, axis="wall_clock"):
+        summary = compare.summarise(runs, t, axis="wall_clock")
+        base = [row.per_run for row in summary if row.label == reference]
+        for row in summary:
             group = [run for run in runs if run.label == row.label]
             rows.append(
                 {
@@ -122,9 +125,20 @@ def time_rows(runs: list[compare.Run], times: list[float]) -> list[dict]:
                         str(compare.labels_read(r, t, "wall_clock")) for r in group
                     ),
                     "ended_by_then": sum(float(r.clock[-1]) <= t for r in group),  # type: ignore[index]
+                    f"p_vs_{reference}": _p(row.per_run, base[0] if base else ())
+                    if row.label != reference
+                    else math.nan,
                 }
             )
     return rows
+
+
+def _p(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    """The two-sided permutation test's p (exact at these sizes) of the two methods' values
+    after equal seconds; NaN when a run of either has no value yet (its round 0 not over)."""
+    if not a or not b or not all(map(math.isfinite, (*a, *b))):
+        return math.nan
+    return permutation_test(a, b)
 
 
 def plot(runs: list[compare.Run], path: pathlib.Path, title: str) -> None:
@@ -185,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         default="10,100,600,1200,2400,3600",
         help="seconds since the runs started to read them at, comma-separated",
     )
+    parser.add_argument(
+        "--reference", default="GA", help="the method the others are tested against at each time"
+    )
     parser.add_argument("--load", default="", help="what else ran on the machine (the title)")
     args = parser.parse_args(argv)
     runs, going = read(args.runs, args.budget)
@@ -197,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     _write(out / "runs.csv", per_run)
     _write(out / "curves.csv", curve_rows(runs))
     times = [float(t) for t in args.times.split(",")]
-    _write(out / "summary.csv", time_rows(runs, times))
+    _write(out / "summary.csv", time_rows(runs, times, args.reference))
     plot(runs, out / "wall_clock.png", "f2 by wall clock" + (f": {args.load}" if args.load else ""))
 
     print(f"{len(runs)} finished runs; still going, left out: {', '.join(going) or 'none'}")
@@ -223,12 +240,18 @@ def main(argv: list[str] | None = None) -> int:
             f"| {np.median([r['labels_per_second'] for r in group]):,.1f} "
             f"| {np.median([r['min_regret_at_budget'] for r in group]):.3f} |"
         )
+    print(
+        f"\nmedian min regret (min-max) after equal seconds, p: exact two-sided permutation "
+        f"test against {args.reference}"
+    )
     print("\n| seconds | " + " | ".join(dict.fromkeys(r.label for r in runs)) + " |")
     print("|---:|" + "---:|" * len(dict.fromkeys(r.label for r in runs)))
-    table = time_rows(runs, times)
+    table = time_rows(runs, times, args.reference)
+    key = f"p_vs_{args.reference}"
     for t in times:
         cells = [
             f"{r['median_min_regret']:.3f} ({r['min']:.3f}-{r['max']:.3f})"
+            + (f", p {r[key]:.2g}" if math.isfinite(r[key]) else "")
             if math.isfinite(r["median_min_regret"])
             else "round 0 not over"
             for r in table

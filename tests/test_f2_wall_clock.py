@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import pathlib
 import sys
 
@@ -70,9 +71,8 @@ def _csv(path: pathlib.Path) -> list[dict]:
 
 def test_runs_csv_summary_csv_and_tables(root, capsys):
     out = root / "out"
-    code = f2_wall_clock.main(
-        ["--runs", str(root / "f2" / "*"), "--out", str(out), "--budget", "200", "--times", "20"]
-    )
+    argv = ["--runs", str(root / "f2" / "*"), "--out", str(out), "--budget", "200"]
+    code = f2_wall_clock.main([*argv, "--times", "20", "--reference", "Fast"])
     assert code == 0
     rows = _csv(out / "runs.csv")
     got = [
@@ -110,6 +110,8 @@ def test_runs_csv_summary_csv_and_tables(root, capsys):
         ("Fast", "2", pytest.approx(0.7), "300 100", "1"),
         ("Slow", "2", pytest.approx(0.75), "150 250", "1"),
     ]
+    # Slow (0.7, 0.8) against Fast (0.5, 0.9): every one of the 6 splits is as extreme
+    assert [r["p_vs_Fast"] for r in summary] == ["nan", "1.0"]
     curves = [
         (r["method"], r["round"], r["labels"], r["seconds"]) for r in _csv(out / "curves.csv")
     ]
@@ -141,3 +143,8 @@ def test_no_finished_run_is_a_one_line_error(root, capsys):
     assert code == 2
     assert not (root / "o").exists()
     assert "no finished run directory" in capsys.readouterr().err
+
+
+def test_the_p_after_equal_seconds_is_the_exact_permutation_test_and_waits_for_round0():
+    assert f2_wall_clock._p((1.0, 2.0, 3.0), (4.0, 5.0, 6.0)) == pytest.approx(0.1)  # 2 / C(6, 3)
+    assert math.isnan(f2_wall_clock._p((math.nan, 0.5), (0.4, 0.6)))  # a round 0 not over
