@@ -40,11 +40,15 @@ def _finals() -> dict[str, list[float]]:
 
 
 def _table(page: pathlib.Path) -> dict[str, dict[str, str]]:
-    rows = {}
+    """The rows of the page's first table with a row of that shape (later tables, e.g. the
+    wall-clock one, are other readings)."""
+    rows: dict[str, dict[str, str]] = {}
     for line in page.read_text(encoding="utf-8").splitlines():
         m = ROW.match(line.strip())
         if m:
             rows[m["method"]] = m.groupdict()
+        elif rows and not line.startswith("|"):
+            break
     return rows
 
 

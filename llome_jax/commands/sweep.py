@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
             engine = driver.make_executor("slurm", out, **options)
         print_plan(plan, out, names, args, changed, engine)
         if engine is not None:  # refused as the run would be: exit 2
-            engine.check([n for n in names if n in changed or not driver.finished(out, n)], plan)
+            _check_cap(engine, plan, out, names, changed)
         return 0
     if args.status:
         from llome_jax.sweep import status
@@ -215,7 +215,13 @@ def run(args: argparse.Namespace) -> int:
         driver.write_sweep_report(plan, out.resolve(), args.executor)
         print(f"wrote {out / 'report.md'}")
         return 0
-    options = _executor_options(args)  # the slurm cap: refused in run_sweep, nothing written
+    options = _executor_options(args)  # bad --slurm settings first, nothing written
+    if args.executor == "slurm":  # the cap refuses before the missing extra is named
+        names = plan.select(patterns)
+        changed = driver.check_changes(plan, out, names, args.rerun_changed)
+        settings = driver.with_plan_settings(plan, "slurm", options)
+        _check_cap(driver.make_executor("slurm", out, **settings), plan, out, names, changed)
+    _require_extra(args.executor)
     result = driver.run_sweep(
         plan,
         out,
@@ -231,15 +237,26 @@ def run(args: argparse.Namespace) -> int:
     return 0 if not result.missing else 1
 
 
-def _executor_options(args: argparse.Namespace) -> dict:
+def _check_cap(engine, plan, out, names: list[str], changed: dict) -> None:
+    """The slurm executor's ``max_minutes`` cap on the runs still to do (a ``UsageError``)."""
+    from llome_jax.sweep import driver
+
+    engine.check([n for n in names if n in changed or not driver.finished(out, n)], plan)
+
+
+def _require_extra(executor: str) -> None:
+    """A ``ValueError`` naming the extra when ``executor``'s engine is not installed."""
     import importlib.util
 
-    if args.executor in ("slurm", "ray"):
-        module, extra = ("submitit", "slurm") if args.executor == "slurm" else ("ray", "ray")
+    if executor in ("slurm", "ray"):
+        module, extra = ("submitit", "slurm") if executor == "slurm" else ("ray", "ray")
         if importlib.util.find_spec(module) is None:
             raise ValueError(
-                f'--executor {args.executor} needs {module}: pip install "llome-jax[{extra}]"'
+                f'--executor {executor} needs {module}: pip install "llome-jax[{extra}]"'
             )
+
+
+def _executor_options(args: argparse.Namespace) -> dict:
     if args.executor == "local":
         return {"workers": args.workers}
     if args.executor == "slurm":
