@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
             engine = driver.make_executor("slurm", out, **options)
         print_plan(plan, out, names, args, changed, engine)
         if engine is not None:  # refused as the run would be: exit 2
-            _check_cap(engine, plan, out, names, changed)
+            engine.check([n for n in names if n in changed or not driver.finished(out, n)], plan)
         return 0
     if args.status:
         from llome_jax.sweep import status
@@ -215,13 +215,8 @@ def run(args: argparse.Namespace) -> int:
         driver.write_sweep_report(plan, out.resolve(), args.executor)
         print(f"wrote {out / 'report.md'}")
         return 0
-    options = _executor_options(args)  # bad --slurm settings first, nothing written
-    if args.executor == "slurm":  # the cap refuses before the missing extra is named
-        names = plan.select(patterns)
-        changed = driver.check_changes(plan, out, names, args.rerun_changed)
-        settings = driver.with_plan_settings(plan, "slurm", options)
-        _check_cap(driver.make_executor("slurm", out, **settings), plan, out, names, changed)
-    _require_extra(args.executor)
+    options = _executor_options(args)  # bad --slurm settings, the cap, a missing extra: refused
+    # in that order, nothing written (run_sweep)
     result = driver.run_sweep(
         plan,
         out,
@@ -235,25 +230,6 @@ def run(args: argparse.Namespace) -> int:
         **options,
     )
     return 0 if not result.missing else 1
-
-
-def _check_cap(engine, plan, out, names: list[str], changed: dict) -> None:
-    """The slurm executor's ``max_minutes`` cap on the runs still to do (a ``UsageError``)."""
-    from llome_jax.sweep import driver
-
-    engine.check([n for n in names if n in changed or not driver.finished(out, n)], plan)
-
-
-def _require_extra(executor: str) -> None:
-    """A ``ValueError`` naming the extra when ``executor``'s engine is not installed."""
-    import importlib.util
-
-    if executor in ("slurm", "ray"):
-        module, extra = ("submitit", "slurm") if executor == "slurm" else ("ray", "ray")
-        if importlib.util.find_spec(module) is None:
-            raise ValueError(
-                f'--executor {executor} needs {module}: pip install "llome-jax[{extra}]"'
-            )
 
 
 def _executor_options(args: argparse.Namespace) -> dict:

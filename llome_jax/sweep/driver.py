@@ -26,7 +26,7 @@ from typing import Any
 from llome_jax.bench.plan import UsageError
 from llome_jax.host import compile_cache
 from llome_jax.sweep import fingerprint
-from llome_jax.sweep.engines import RayExecutor, SubmititExecutor
+from llome_jax.sweep.engines import RayExecutor, SubmititExecutor, require_installed
 from llome_jax.sweep.jobs import JobBook, driver_lock
 from llome_jax.sweep.local import InlineExecutor, LocalExecutor, died
 from llome_jax.sweep.plans import SweepPlan, finished
@@ -156,7 +156,8 @@ def run_sweep(
       UsageError: ``runs`` patterns that match nothing; finished runs another plan made,
         without ``rerun_changed``; runs the executor's ``check(names, plan)`` refuses (the
         slurm executor's ``max_minutes`` cap); in each case nothing written.
-      ValueError: an unknown executor, a negative ``retries``, an unknown cache mode.
+      ValueError: an unknown executor, a negative ``retries``, an unknown cache mode, an
+        executor whose extra (submitit, Ray) is not installed.
     """
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries}")
@@ -173,6 +174,8 @@ def run_sweep(
     check = getattr(engine, "check", None)  # e.g. the slurm executor's time cap
     if check is not None:
         check([name for name in names if name in changed or not finished(out, name)], plan)
+    if isinstance(executor, str):  # after the cap: bad input is named before a missing extra
+        require_installed(executor)
     with driver_lock(out):  # one driver per OUT (before anything is written or removed)
         out.mkdir(parents=True, exist_ok=True)
         if changed:

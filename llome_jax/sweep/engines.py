@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import importlib
+import importlib.util
 import math
 import os
 import pathlib
@@ -62,6 +62,7 @@ __all__ = [
     "max_array_size",
     "parse_job_states",
     "require",
+    "require_installed",
 ]
 
 
@@ -73,6 +74,21 @@ def require(module: str, extra: str) -> Any:
         raise ImportError(
             f'this executor needs {module}: pip install "llome-jax[{extra}]"'
         ) from None
+
+
+EXTRAS = {"slurm": ("submitit", "slurm"), "ray": ("ray", "ray")}
+"""Per executor name, the module it needs and the extra that installs it."""
+
+
+def require_installed(executor: str) -> None:
+    """A one-line ``ValueError`` naming the extra when ``executor``'s engine (:data:`EXTRAS`)
+    is not installed; found without importing it."""
+    if executor in EXTRAS:
+        module, extra = EXTRAS[executor]
+        if importlib.util.find_spec(module) is None:
+            raise ValueError(
+                f'--executor {executor} needs {module}: pip install "llome-jax[{extra}]"'
+            )
 
 
 def _error_line(error: BaseException, limit: int = 300) -> str:
